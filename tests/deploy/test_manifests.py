@@ -1,0 +1,484 @@
+"""The kustomizations in deploy/ build, validate against the Kubernetes schemas and keep the rules."""
+
+from __future__ import annotations
+
+import posixpath
+from urllib.parse import urlparse
+
+import kubernetes_validate
+import pytest
+
+from .conftest import find_object, find_prefixed
+
+NAMESPACE = "gpustack"
+NAME = "volcano-injector"
+UI_SERVICE = "volcano-injector-ui"
+WEBHOOK_NAME = "pods.volcano-injector.io"
+SYSTEM_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease", "cert-manager"}
+# The oldest release with GA matchConditions, and the newest schema we have.
+KUBERNETES_VERSIONS = ["1.30.0", "1.34.0"]
+CERT_MANAGER_KINDS = {"Issuer", "ClusterIssuer", "Certificate"}
+BUILD_NAMES = [
+    "overlays/production",
+    "overlays/trial",
+    "overlays/production+all-pods",
+    "overlays/production+fail-closed",
+    "overlays/production+all-pods+fail-closed",
+]
+
+
+@pytest.fixture(params=BUILD_NAMES)
+def build(request, builds):
+    return request.param, builds[request.param]
+
+
+def deployment(objects):
+    return find_object(objects, "Deployment", NAME)
+
+
+def injector_container(objects):
+    containers = deployment(objects)["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == "injector")
+
+
+def webhook(objects):
+    config = find_object(objects, "MutatingWebhookConfiguration", NAME)
+    hooks = [w for w in config["webhooks"] if w["name"] == WEBHOOK_NAME]
+    assert len(hooks) == 1
+    return config, hooks[0]
+
+
+def env_value(container, name):
+    values = [e.get("value") for e in container.get("env", []) if e["name"] == name]
+    assert len(values) == 1, f"{name} is set {len(values)} times in {container['name']}"
+    return values[0]
+
+
+def labels_match(selector: dict, labels: dict) -> bool:
+    assert not selector.get("matchExpressions"), "only matchLabels selectors are used here"
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+# --- schemas ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_kubernetes_object_validates_against_the_schema(build, version):
+    name, objects = build
+    for obj in objects:
+        if obj["kind"] in CERT_MANAGER_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{name}: {obj['kind']}/{obj['metadata']['name']} invalid for {version}: {exc.message} at {list(exc.path)}")
+
+
+def test_cert_manager_objects_have_their_required_fields(build):
+    """cert-manager's CRDs are not in kubernetes-validate: check what cert-manager's own validation demands."""
+    name, objects = build
+    cm_objects = [o for o in objects if o["kind"] in CERT_MANAGER_KINDS]
+    assert cm_objects, f"{name} has no cert-manager objects"
+    issuers = {o["metadata"]["name"]: o for o in cm_objects if o["kind"] == "Issuer"}
+    for obj in cm_objects:
+        assert obj["apiVersion"] == "cert-manager.io/v1"
+        assert obj["metadata"]["namespace"] == NAMESPACE
+        spec = obj["spec"]
+        if obj["kind"] == "Issuer":
+            # exactly one issuer type
+            types = [k for k in ("selfSigned", "ca", "acme", "vault", "venafi") if k in spec]
+            assert len(types) == 1, f"Issuer {obj['metadata']['name']} has issuer types {types}"
+            if "ca" in spec:
+                assert spec["ca"]["secretName"]
+        if obj["kind"] == "Certificate":
+            assert spec["secretName"], "Certificate.spec.secretName is required"
+            assert spec["issuerRef"]["name"] in issuers, "issuerRef names an Issuer of this build"
+            assert spec["issuerRef"].get("kind", "Issuer") == "Issuer"
+            assert spec.get("dnsNames") or spec.get("commonName"), "a Certificate needs a name"
+            if spec.get("isCA"):
+                assert spec["issuerRef"]["name"] in issuers
+    # the CA issuer reads the CA Certificate's Secret
+    ca_issuer_secrets = {i["spec"]["ca"]["secretName"] for i in issuers.values() if "ca" in i["spec"]}
+    ca_cert_secrets = {o["spec"]["secretName"] for o in cm_objects if o["kind"] == "Certificate" and o["spec"].get("isCA")}
+    assert ca_issuer_secrets == ca_cert_secrets
+
+
+def test_every_namespaced_object_is_in_the_injector_namespace(build):
+    name, objects = build
+    cluster_scoped = {"Namespace", "MutatingWebhookConfiguration"}
+    for obj in objects:
+        if obj["kind"] in cluster_scoped:
+            assert "namespace" not in obj["metadata"]
+        else:
+            assert obj["metadata"].get("namespace") == NAMESPACE, f"{obj['kind']}/{obj['metadata']['name']}"
+    assert find_object(objects, "Namespace", NAMESPACE)
+
+
+# --- webhook configuration ---------------------------------------------------------
+
+
+def test_webhook_basics(build):
+    _, objects = build
+    _, hook = webhook(objects)
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["sideEffects"] == "NoneOnDryRun"
+    assert 1 <= hook["timeoutSeconds"] <= 5
+    assert hook["reinvocationPolicy"] in {"IfNeeded", "Never"}
+    assert hook["rules"] == [{
+        "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+        "resources": ["pods"], "scope": "Namespaced",
+    }]
+    assert "url" not in hook["clientConfig"]
+
+
+def test_webhook_failure_policy_matches_the_apps_setting(build):
+    _, objects = build
+    _, hook = webhook(objects)
+    config = find_prefixed(objects, "ConfigMap", "volcano-injector-config")
+    assert config["data"]["INJECTOR_FAILURE_POLICY"] in {"Ignore", "Fail"}
+    assert hook["failurePolicy"] == config["data"]["INJECTOR_FAILURE_POLICY"]
+    # and the Deployment reads that ConfigMap
+    refs = [e["configMapRef"]["name"] for e in injector_container(objects).get("envFrom", [])]
+    assert config["metadata"]["name"] in refs
+
+
+def test_fail_closed_component_switches_both_settings(builds):
+    objects = builds["overlays/production+fail-closed"]
+    _, hook = webhook(objects)
+    assert hook["failurePolicy"] == "Fail"
+    assert find_prefixed(objects, "ConfigMap", "volcano-injector-config")["data"]["INJECTOR_FAILURE_POLICY"] == "Fail"
+    _, default_hook = webhook(builds["overlays/production"])
+    assert default_hook["failurePolicy"] == "Ignore"
+
+
+def test_namespace_selector_excludes_system_namespaces_and_its_own(build):
+    _, objects = build
+    _, hook = webhook(objects)
+    selector = hook["namespaceSelector"]
+    assert not selector.get("matchLabels")
+    expressions = selector["matchExpressions"]
+    assert len(expressions) == 1
+    (expression,) = expressions
+    assert expression["key"] == "kubernetes.io/metadata.name"
+    assert expression["operator"] == "NotIn"
+    assert SYSTEM_NAMESPACES | {NAMESPACE} <= set(expression["values"])
+    # its own namespace is the one the Deployment actually runs in
+    assert deployment(objects)["metadata"]["namespace"] in expression["values"]
+
+
+def test_object_selector_honours_the_skip_label(build):
+    _, objects = build
+    _, hook = webhook(objects)
+    assert hook["objectSelector"] == {
+        "matchExpressions": [{"key": "volcano-injector.io/skip", "operator": "NotIn", "values": ["true"]}]
+    }
+
+
+def test_match_conditions_send_only_gpu_pods_unless_all_pods(builds):
+    for name, objects in builds.items():
+        _, hook = webhook(objects)
+        if "all-pods" in name:
+            assert "matchConditions" not in hook, name
+        else:
+            assert [c["name"] for c in hook["matchConditions"]] == ["requests-nvidia-gpu"], name
+
+
+def test_client_config_points_at_the_webhook_service(build):
+    _, objects = build
+    config, hook = webhook(objects)
+    ref = hook["clientConfig"]["service"]
+    assert ref["name"] == NAME and ref["namespace"] == NAMESPACE
+    assert ref["path"] == "/mutate"
+    service = find_object(objects, "Service", ref["name"])
+    assert service["metadata"]["namespace"] == ref["namespace"]
+    ports = [p for p in service["spec"]["ports"] if p["port"] == ref.get("port", 443)]
+    assert len(ports) == 1, "the Service exposes the port the webhook calls"
+    assert ref.get("port", 443) == 443
+    # the port leads to the container port named https
+    container = injector_container(objects)
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports[0]["targetPort"] == "https"
+    assert named["https"] == 8443
+    assert labels_match({"matchLabels": service["spec"]["selector"]}, deployment(objects)["spec"]["template"]["metadata"]["labels"])
+    # no caBundle pasted by hand: cert-manager injects it
+    assert "caBundle" not in hook["clientConfig"]
+
+
+def test_ca_bundle_is_injected_from_the_serving_certificate(build):
+    _, objects = build
+    config, _ = webhook(objects)
+    namespace, certificate_name = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].split("/")
+    certificate = find_object(objects, "Certificate", certificate_name)
+    assert certificate["metadata"]["namespace"] == namespace
+    assert not certificate["spec"].get("isCA")
+
+
+def test_serving_certificate_covers_both_services_and_is_mounted(build):
+    _, objects = build
+    config, hook = webhook(objects)
+    _, certificate_name = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].split("/")
+    certificate = find_object(objects, "Certificate", certificate_name)
+    dns_names = set(certificate["spec"]["dnsNames"])
+    ref = hook["clientConfig"]["service"]
+    # the name the API server dials
+    assert f"{ref['name']}.{ref['namespace']}.svc" in dns_names
+    ui = find_object(objects, "Service", UI_SERVICE)
+    assert f"{UI_SERVICE}.{ui['metadata']['namespace']}.svc" in dns_names
+    # the Deployment mounts that Secret, as a whole directory (no subPath: the
+    # kubelet then updates renewed files in place)
+    pod_spec = deployment(objects)["spec"]["template"]["spec"]
+    tls_volumes = [v for v in pod_spec["volumes"] if v.get("secret", {}).get("secretName") == certificate["spec"]["secretName"]]
+    assert len(tls_volumes) == 1
+    container = injector_container(objects)
+    mounts = [m for m in container["volumeMounts"] if m["name"] == tls_volumes[0]["name"]]
+    assert len(mounts) == 1 and "subPath" not in mounts[0]
+    assert posixpath.dirname(env_value(container, "TLS_CERT_FILE")) == mounts[0]["mountPath"]
+    assert posixpath.dirname(env_value(container, "TLS_KEY_FILE")) == mounts[0]["mountPath"]
+    assert posixpath.basename(env_value(container, "TLS_CERT_FILE")) == "tls.crt"
+    assert posixpath.basename(env_value(container, "TLS_KEY_FILE")) == "tls.key"
+
+
+def test_match_condition_is_valid_cel_and_selects_gpu_pods(builds):
+    """Evaluate the matchCondition with a CEL interpreter on Pods as the API server sees them."""
+    import celpy
+
+    _, hook = webhook(builds["overlays/production"])
+    (condition,) = hook["matchConditions"]
+    environment = celpy.Environment()
+    program = environment.program(environment.compile(condition["expression"]))
+
+    def container(resources=None, name="main"):
+        c = {"name": name, "image": "nvidia/cuda:12.4.1-base-ubuntu22.04"}
+        c["resources"] = resources if resources is not None else {}
+        return c
+
+    gpu = {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}
+    cases = [
+        ({"containers": [container(gpu)]}, True),
+        ({"containers": [container({"requests": {"nvidia.com/gpu": "1"}})]}, True),
+        ({"containers": [container(), container(gpu, name="second")]}, True),
+        ({"containers": [container()], "initContainers": [container(gpu, name="init")]}, True),
+        ({"containers": [container()]}, False),
+        ({"containers": [container({"limits": {"cpu": "1"}, "requests": {"cpu": "1"}})]}, False),
+        ({"containers": [container({"limits": {"volcano.sh/vgpu-number": "1"}})]}, False),
+        ({"containers": [container()], "initContainers": [container(name="init")]}, False),
+    ]
+    for spec, expected in cases:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "x-"}, "spec": spec}
+        result = program.evaluate({"object": celpy.json_to_cel(pod)})
+        assert bool(result) is expected, (spec, result)
+
+
+# --- Deployment ------------------------------------------------------------------
+
+
+def test_deployment_runs_at_least_two_replicas_and_rolls_without_losing_capacity(build):
+    _, objects = build
+    spec = deployment(objects)["spec"]
+    assert spec["replicas"] >= 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert labels_match(spec["selector"], spec["template"]["metadata"]["labels"])
+
+
+def all_containers(objects):
+    pod_spec = deployment(objects)["spec"]["template"]["spec"]
+    return pod_spec.get("initContainers", []) + pod_spec["containers"]
+
+
+def test_every_container_has_requests_and_limits(build):
+    _, objects = build
+    for kind in ("Deployment", "StatefulSet"):
+        for obj in (o for o in objects if o["kind"] == kind):
+            pod_spec = obj["spec"]["template"]["spec"]
+            for c in pod_spec.get("initContainers", []) + pod_spec["containers"]:
+                for section in ("requests", "limits"):
+                    assert {"cpu", "memory"} <= set(c["resources"][section]), f"{obj['metadata']['name']}/{c['name']} {section}"
+
+
+def test_every_container_is_locked_down(build):
+    _, objects = build
+    for kind in ("Deployment", "StatefulSet"):
+        for obj in (o for o in objects if o["kind"] == kind):
+            pod_spec = obj["spec"]["template"]["spec"]
+            assert pod_spec["securityContext"]["runAsNonRoot"] is True
+            assert pod_spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+            assert pod_spec.get("automountServiceAccountToken") is False
+            for c in pod_spec.get("initContainers", []) + pod_spec["containers"]:
+                sc = c["securityContext"]
+                where = f"{obj['metadata']['name']}/{c['name']}"
+                assert sc["allowPrivilegeEscalation"] is False, where
+                assert sc["readOnlyRootFilesystem"] is True, where
+                assert sc["capabilities"]["drop"] == ["ALL"], where
+                assert not sc.get("privileged"), where
+                assert "add" not in sc["capabilities"], where
+    # the image's user (Dockerfile: USER 10001:10001)
+    assert deployment(objects)["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
+
+
+def test_probes_use_https_on_the_webhook_port(build):
+    _, objects = build
+    container = injector_container(objects)
+    ports = {p["name"] for p in container["ports"]}
+    paths = {}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["scheme"] == "HTTPS", probe
+        assert get["port"] == "https" and "https" in ports, probe
+        paths[probe] = get["path"]
+    assert paths["livenessProbe"] == "/healthz"
+    assert paths["readinessProbe"] == "/readyz"
+    assert container["readinessProbe"]["timeoutSeconds"] <= 5
+
+
+def test_writable_paths_are_empty_dirs_the_app_is_told_about(build):
+    _, objects = build
+    pod_spec = deployment(objects)["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    container = injector_container(objects)
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    for env_name in ("PROMETHEUS_MULTIPROC_DIR", "INJECTOR_AUDIT_SPOOL_DIR"):
+        path = env_value(container, env_name)
+        assert path in mounts, f"{env_name}={path} is not a mounted volume"
+        assert "emptyDir" in volumes[mounts[path]], env_name
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    # the spool is on disk (survives a container restart without counting as memory)
+    assert volumes[mounts[env_value(container, "INJECTOR_AUDIT_SPOOL_DIR")]]["emptyDir"].get("medium") != "Memory"
+
+
+def test_secrets_reach_the_app_as_files(build):
+    name, objects = build
+    container = injector_container(objects)
+    pod_spec = deployment(objects)["spec"]["template"]["spec"]
+    secret_volumes = {v["name"]: v["secret"]["secretName"] for v in pod_spec["volumes"] if "secret" in v}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    for env_name, key in (("DJANGO_SECRET_KEY_FILE", "secret-key"), ("DATABASE_URL_FILE", "DATABASE_URL")):
+        path = env_value(container, env_name)
+        assert posixpath.basename(path) == key
+        volume = mounts[posixpath.dirname(path)]
+        assert volume in secret_volumes, env_name
+        secret_name = secret_volumes[volume]
+        generated = [o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == secret_name]
+        if name == "overlays/trial":
+            assert generated and key in generated[0]["data"], f"trial generates {secret_name}"
+        else:
+            # production: the operator creates these Secrets (deploy/README.md)
+            assert not generated
+            assert secret_name in {"volcano-injector-db", "volcano-injector-django"}
+
+
+def test_migrations_run_in_an_init_container_of_the_same_image(build):
+    _, objects = build
+    pod_spec = deployment(objects)["spec"]["template"]["spec"]
+    (migrate,) = pod_spec["initContainers"]
+    assert migrate["command"] == ["python", "manage.py", "migrate", "--noinput"]
+    assert migrate["image"] == injector_container(objects)["image"]
+    main_env = {e["name"]: e.get("value") for e in injector_container(objects)["env"]}
+    for e in migrate["env"]:
+        if e["name"].endswith("_FILE"):
+            assert main_env[e["name"]] == e["value"]
+
+
+def test_allowed_hosts_cover_the_services_and_the_pod_ip(build):
+    _, objects = build
+    container = injector_container(objects)
+    hosts = env_value(container, "DJANGO_ALLOWED_HOSTS").split(",")
+    assert f"{NAME}.{NAMESPACE}.svc" in hosts
+    assert f"{UI_SERVICE}.{NAMESPACE}.svc" in hosts
+    # kubelet probes and Prometheus send Host: <pod IP>:<port>
+    assert "$(POD_IP)" in hosts
+    names = [e["name"] for e in container["env"]]
+    assert names.index("POD_IP") < names.index("DJANGO_ALLOWED_HOSTS"), "$(POD_IP) must be defined first"
+
+
+def test_termination_leaves_time_for_the_graceful_shutdown(build):
+    _, objects = build
+    pod_spec = deployment(objects)["spec"]["template"]["spec"]
+    container = injector_container(objects)
+    config = find_prefixed(objects, "ConfigMap", "volcano-injector-config")["data"]
+    pre_stop_seconds = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert pre_stop_seconds + int(config["GUNICORN_GRACEFUL_TIMEOUT"]) < pod_spec["terminationGracePeriodSeconds"]
+
+
+# --- Services, PDB, HPA, NetworkPolicy -------------------------------------------
+
+
+def test_ui_has_its_own_service_on_its_own_port(build):
+    _, objects = build
+    ui = find_object(objects, "Service", UI_SERVICE)
+    webhook_service = find_object(objects, "Service", NAME)
+    assert ui["spec"]["ports"][0]["targetPort"] == "https-ui"
+    assert {p["targetPort"] for p in webhook_service["spec"]["ports"]} == {"https"}
+    container = injector_container(objects)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    binds = env_value(container, "GUNICORN_BIND").split(",")
+    assert sorted(int(b.rsplit(":", 1)[1]) for b in binds) == sorted(ports.values())
+    assert labels_match({"matchLabels": ui["spec"]["selector"]}, deployment(objects)["spec"]["template"]["metadata"]["labels"])
+
+
+def test_pod_disruption_budget_and_autoscaler_keep_two_pods(build):
+    _, objects = build
+    labels = deployment(objects)["spec"]["template"]["metadata"]["labels"]
+    pdb = find_object(objects, "PodDisruptionBudget", NAME)
+    assert labels_match(pdb["spec"]["selector"], labels)
+    assert pdb["spec"].get("maxUnavailable") == 1 or pdb["spec"].get("minAvailable", 0) >= 1
+    hpa = find_object(objects, "HorizontalPodAutoscaler", NAME)
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME}
+    assert hpa["spec"]["minReplicas"] >= 2
+    assert hpa["spec"]["maxReplicas"] >= hpa["spec"]["minReplicas"]
+    assert deployment(objects)["spec"]["replicas"] >= hpa["spec"]["minReplicas"]
+
+
+def test_network_policy_lets_the_api_server_reach_the_webhook_port(build):
+    _, objects = build
+    policy = find_object(objects, "NetworkPolicy", NAME)
+    labels = deployment(objects)["spec"]["template"]["metadata"]["labels"]
+    assert labels_match(policy["spec"]["podSelector"], labels)
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    rules_by_port = {}
+    for rule in policy["spec"]["ingress"]:
+        for port in rule["ports"]:
+            rules_by_port[port["port"]] = rule
+    # The API server is no Pod: the webhook port must be open to every source.
+    assert "from" not in rules_by_port["https"]
+    # The UI port is not.
+    assert rules_by_port["https-ui"]["from"]
+
+
+def test_trial_database_is_reachable_under_the_name_in_database_url(builds):
+    objects = builds["overlays/trial"]
+    import base64
+
+    db_secret = find_prefixed(objects, "Secret", "volcano-injector-db")
+    url = urlparse(base64.b64decode(db_secret["data"]["DATABASE_URL"]).decode())
+    assert url.scheme == "postgres"
+    service_name, namespace = url.hostname.split(".")[:2]
+    service = find_object(objects, "Service", service_name)
+    assert namespace == service["metadata"]["namespace"]
+    assert url.port == service["spec"]["ports"][0]["port"]
+    statefulset = find_object(objects, "StatefulSet", service_name)
+    assert statefulset["spec"]["replicas"] == 1
+    assert labels_match({"matchLabels": service["spec"]["selector"]}, statefulset["spec"]["template"]["metadata"]["labels"])
+    pg_env = find_prefixed(objects, "Secret", "volcano-injector-postgresql")["data"]
+    assert base64.b64decode(pg_env["POSTGRES_PASSWORD"]).decode() == url.password
+    assert base64.b64decode(pg_env["POSTGRES_USER"]).decode() == url.username
+    assert base64.b64decode(pg_env["POSTGRES_DB"]).decode() == url.path.lstrip("/")
+    # the injector may reach it through its NetworkPolicy
+    policy = find_object(objects, "NetworkPolicy", service_name)
+    (rule,) = policy["spec"]["ingress"]
+    assert labels_match(rule["from"][0]["podSelector"], deployment(objects)["spec"]["template"]["metadata"]["labels"])
+
+
+def test_production_names_an_image_from_a_registry(builds):
+    image = injector_container(builds["overlays/production"])["image"]
+    assert "/" in image and ":" in image.rsplit("/", 1)[1]
+    assert not image.endswith(":latest")
+
+
+def test_schema_validation_catches_a_misspelt_field(builds):
+    """The schema check above is strict: a typo in a Deployment field fails it."""
+    import copy
+
+    broken = copy.deepcopy(deployment(builds["overlays/production"]))
+    broken["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = broken["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[-1], strict=True)
