@@ -1,0 +1,249 @@
+"""Django settings for volcano-injector, configured from the environment.
+
+Every setting has a safe default. Secrets can be given as NAME or NAME_FILE (a file
+mounted from a Kubernetes Secret). With no database configured the service runs on
+SQLite, the embedded default for trying it out; production and the tests use
+PostgreSQL.
+"""
+
+import os
+import socket
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """Read NAME from the environment, or the contents of the file named by NAME_FILE."""
+    file_path = os.environ.get(f"{name}_FILE")
+    if file_path:
+        try:
+            return Path(file_path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={file_path!r} cannot be read: {exc}") from exc
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = env(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean: use true or false")
+
+
+def env_int(name: str, default: int) -> int:
+    value = env(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from exc
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in (env(name, default) or "").split(",") if item.strip()]
+
+
+# --- core -----------------------------------------------------------------------------
+DEBUG = env_bool("DJANGO_DEBUG")
+# Dev mode: the local run script and the tests. It allows a generated secret key.
+DEV_MODE = env_bool("INJECTOR_DEV_MODE") or DEBUG
+
+SECRET_KEY = env("DJANGO_SECRET_KEY")
+if not SECRET_KEY:
+    if not DEV_MODE:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) is required; "
+            "set INJECTOR_DEV_MODE=true to run with an insecure development key"
+        )
+    SECRET_KEY = "insecure-dev-key-do-not-use-in-production"  # noqa: S105
+
+# The API server calls the webhook by its Service DNS name; probes call the Pod IP.
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "*" if DEV_MODE else "")
+if not ALLOWED_HOSTS:
+    ALLOWED_HOSTS = ["*"]  # the webhook is reached by Pod IP; access is restricted by NetworkPolicy
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_prometheus",
+    "profiles",
+    "mutations",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "injector_site.urls"
+WSGI_APPLICATION = "injector_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "injector_site" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+# --- database -------------------------------------------------------------------------
+def database_from_env() -> dict:
+    """DATABASE_URL, else DB_* variables, else the embedded SQLite default."""
+    url = env("DATABASE_URL")
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("postgres", "postgresql"):
+            raise ImproperlyConfigured(
+                f"DATABASE_URL scheme {parts.scheme!r} is not supported: use postgres://user:password@host:5432/name"
+            )
+        config = {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+        }
+    elif env("DB_HOST") or env("DB_NAME"):
+        config = {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": env("DB_NAME", "volcano_injector"),
+            "USER": env("DB_USER", "postgres"),
+            "PASSWORD": env("DB_PASSWORD", ""),
+            "HOST": env("DB_HOST", "127.0.0.1"),
+            "PORT": env("DB_PORT", "5432"),
+        }
+    else:
+        sqlite_path = Path(env("SQLITE_PATH", str(BASE_DIR / "var" / "db.sqlite3")))
+        sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_path)}
+    config.update(
+        {
+            # Persistent connections: /mutate must not pay a connection setup per request.
+            "CONN_MAX_AGE": env_int("DB_CONN_MAX_AGE", 300),
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": {
+                # A dead database must fail fast: the webhook answers within the API server's timeout.
+                "connect_timeout": env_int("DB_CONNECT_TIMEOUT_SECONDS", 2),
+            },
+            "TEST": {"NAME": env("DB_TEST_NAME", "test_volcano_injector")},
+        }
+    )
+    return config
+
+
+DATABASES = {"default": database_from_env()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = env("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles"))
+
+LOGIN_URL = "admin:login"
+
+# Caches: per-process memory. Configuration (presets, policies) is cached in-process and
+# revalidated against a version counter in the database (see profiles/selectors.py).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- REST framework ---------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+}
+
+# --- the webhook ------------------------------------------------------------------------
+# What an unexpected internal error answers: "Ignore" admits the Pod unchanged (fail-open),
+# "Fail" denies it. Keep it equal to failurePolicy in deploy/ (see deploy/README.md).
+INJECTOR_FAILURE_POLICY = env("INJECTOR_FAILURE_POLICY", "Ignore")
+if INJECTOR_FAILURE_POLICY not in ("Ignore", "Fail"):
+    raise ImproperlyConfigured(
+        f"INJECTOR_FAILURE_POLICY={INJECTOR_FAILURE_POLICY!r} is not valid: use Ignore or Fail"
+    )
+# The API server caps request bodies at 3 MiB; anything larger is not from it.
+INJECTOR_MAX_BODY_BYTES = env_int("INJECTOR_MAX_BODY_BYTES", 3 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = INJECTOR_MAX_BODY_BYTES
+# Whether each admission is written to the audit table (switch off only to measure its cost).
+INJECTOR_AUDIT_ENABLED = env_bool("INJECTOR_AUDIT_ENABLED", True)
+# Where answered-but-unwritten audit rows wait, durably, until PostgreSQL takes them.
+INJECTOR_AUDIT_SPOOL_DIR = env("INJECTOR_AUDIT_SPOOL_DIR", str(BASE_DIR / "var" / "spool"))
+# How often a replica checks the configuration version (seconds); 0 checks on every admission.
+INJECTOR_CONFIG_RECHECK_SECONDS = float(env("INJECTOR_CONFIG_RECHECK_SECONDS", "1") or 1)
+# Which replica answered, recorded in each audit row.
+INJECTOR_REPLICA = env("POD_NAME") or socket.gethostname()
+# Bearer token that /metrics requires when set.
+METRICS_TOKEN = env("METRICS_TOKEN", "") or ""
+# Audit rows older than this are removed by `manage.py prune_audit` without --older-than.
+AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 90)
+
+# --- logging: one JSON line per event on stdout -------------------------------------------
+LOG_LEVEL = (env("LOG_LEVEL", "INFO") or "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "injector_site.logging.JsonFormatter"}},
+    "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["stdout"], "level": "WARNING"},
+    "loggers": {
+        "django": {"handlers": ["stdout"], "level": "WARNING", "propagate": False},
+        "volcano_injector": {"handlers": ["stdout"], "level": LOG_LEVEL, "propagate": False},
+    },
+}
+
+# --- security (production) ----------------------------------------------------------------
+SESSION_COOKIE_SECURE = not DEV_MODE
+CSRF_COOKIE_SECURE = not DEV_MODE
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+# TLS terminates in gunicorn itself; HSTS tells browsers to stay on HTTPS for the UI.
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0 if DEV_MODE else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEV_MODE
+SECURE_HSTS_PRELOAD = False
+# The API server and the kubelet speak HTTPS to the Pod directly; no redirect is needed and
+# a redirect would break HTTP probes in dev mode.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)

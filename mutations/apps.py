@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class MutationsConfig(AppConfig):
+    name = "mutations"
+    verbose_name = "Admissions"

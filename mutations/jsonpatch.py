@@ -1,0 +1,41 @@
+"""RFC 6902 JSON Patch derived by diffing two JSON documents (the original and the mutated Pod).
+
+The patch must apply with evanphx/json-patch v4 semantics, as the API server applies it:
+`add` needs an existing parent, `remove` needs an existing key. Diffing guarantees both,
+because every operation is computed against the original document.
+"""
+
+from __future__ import annotations
+
+
+def escape(token: str) -> str:
+    """A JSON Pointer reference token: `~` becomes `~0` and `/` becomes `~1` (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def make_patch(source: object, target: object) -> list[dict]:
+    """Operations that turn `source` into `target`."""
+    ops: list[dict] = []
+    _diff(source, target, "", ops)
+    return ops
+
+
+def _diff(source: object, target: object, path: str, ops: list[dict]) -> None:
+    if type(source) is type(target) and isinstance(source, dict):
+        for key in source:
+            if key not in target:
+                ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
+        for key, value in target.items():
+            child = f"{path}/{escape(key)}"
+            if key not in source:
+                ops.append({"op": "add", "path": child, "value": value})
+            else:
+                _diff(source[key], value, child, ops)
+        return
+    if type(source) is type(target) and isinstance(source, list) and len(source) == len(target):
+        for index, (old, new) in enumerate(zip(source, target)):
+            _diff(old, new, f"{path}/{index}", ops)
+        return
+    # bool is an int in Python: compare types too, so true never stands in for 1.
+    if type(source) is not type(target) or source != target:
+        ops.append({"op": "replace", "path": path, "value": target})

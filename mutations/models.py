@@ -1,0 +1,56 @@
+"""The audit record: one row per answered admission, append-only."""
+
+from django.db import models
+
+from .specs import Decision
+
+
+class AdmissionAudit(models.Model):
+    """What the webhook decided for one AdmissionReview, and why.
+
+    Names (preset, policy, user, Pod) are copied, not referenced, so rows survive deletes.
+    Rows are written by the audit writer only and never updated or deleted except by retention.
+    """
+
+    created_at = models.DateTimeField(db_index=False)
+    # The API server's uid for this call identifies the admission: replays never duplicate a row.
+    request_uid = models.CharField(max_length=128, unique=True)
+    operation = models.CharField(max_length=16, default="CREATE")
+    namespace = models.CharField(max_length=253, blank=True)
+    pod_name = models.CharField(max_length=253, blank=True)
+    generate_name = models.CharField(max_length=253, blank=True)
+    owner_kind = models.CharField(max_length=63, blank=True)
+    owner_name = models.CharField(max_length=253, blank=True)
+    username = models.CharField(max_length=256, blank=True)
+    decision = models.CharField(max_length=16, choices=[(d.value, d.value) for d in Decision])
+    reason = models.TextField(blank=True)
+    field = models.CharField(max_length=256, blank=True, help_text="For a denial: the field or annotation at fault.")
+    preset_name = models.CharField(max_length=63, blank=True)
+    policy_name = models.CharField(max_length=253, blank=True)
+    source = models.CharField(max_length=128, blank=True, help_text="What decided the vGPU memory.")
+    gpus_requested = models.DecimalField(max_digits=12, decimal_places=3, default=0)
+    vgpus_granted = models.PositiveIntegerField(default=0)
+    vgpu_memory_mib = models.PositiveBigIntegerField(default=0, help_text="Total MiB granted across vGPUs.")
+    containers = models.JSONField(default=list, help_text="Per container: asked for, granted count, MiB, cores.")
+    patch = models.JSONField(default=list)
+    warnings = models.JSONField(default=list)
+    dry_run = models.BooleanField(default=False)
+    duration_ms = models.FloatField(default=0)
+    replica = models.CharField(max_length=253, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "admission audit record"
+        indexes = [
+            # History page, newest first, and time-range filters: ORDER BY created_at DESC LIMIT n.
+            models.Index(fields=["-created_at", "-id"], name="audit_created_desc"),
+            # History filtered by namespace: WHERE namespace = ? ORDER BY created_at DESC.
+            models.Index(fields=["namespace", "-created_at"], name="audit_namespace_created"),
+            # Overview "decisions by type" and the denials/errors panel: WHERE decision = ? AND created_at > ?.
+            models.Index(fields=["decision", "-created_at"], name="audit_decision_created"),
+            # History filtered by preset and "top presets": WHERE preset_name = ? ORDER BY created_at DESC.
+            models.Index(fields=["preset_name", "-created_at"], name="audit_preset_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.decision} {self.namespace}/{self.pod_name or self.generate_name} ({self.request_uid})"

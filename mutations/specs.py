@@ -1,0 +1,214 @@
+"""The engine's inputs and outputs: frozen values, no Django.
+
+Database rows (presets, GPU models, namespace policies) become these dataclasses once per
+configuration change (profiles/selectors.py); the engine only ever sees these.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+ANNOTATION_PREFIX = "volcano-injector.io/"
+GPU_RESOURCE = "nvidia.com/gpu"
+VGPU_NUMBER = "volcano.sh/vgpu-number"
+VGPU_MEMORY = "volcano.sh/vgpu-memory"
+VGPU_CORES = "volcano.sh/vgpu-cores"
+VOLCANO_RESOURCES = (VGPU_NUMBER, VGPU_MEMORY, VGPU_CORES)
+USE_GPUTYPE = "nvidia.com/use-gputype"
+
+
+class Mode(str, enum.Enum):
+    ENFORCE = "enforce"
+    AUDIT_ONLY = "audit-only"
+    OFF = "off"
+
+
+class SchedulerScope(str, enum.Enum):
+    GPU_PODS = "gpu-pods"
+    ALL_PODS = "all-pods"
+
+
+class Decision(str, enum.Enum):
+    MUTATED = "mutated"
+    UNCHANGED = "unchanged"
+    SKIPPED = "skipped"
+    AUDIT_ONLY = "audit-only"
+    DENIED = "denied"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class GpuModelSpec:
+    """A card type in the cluster: its memory and the substring Volcano matches in use-gputype."""
+
+    name: str
+    memory_mib: int
+    match: str
+
+
+@dataclass(frozen=True)
+class ResourceDefaults:
+    """Default CPU and memory for a GPU container, as quantity strings; None leaves it unset."""
+
+    cpu_request: str | None = None
+    cpu_limit: str | None = None
+    memory_request: str | None = None
+    memory_limit: str | None = None
+
+    def overlaid_by(self, other: ResourceDefaults) -> ResourceDefaults:
+        """These defaults with every value `other` sets taking precedence."""
+        return ResourceDefaults(
+            cpu_request=other.cpu_request or self.cpu_request,
+            cpu_limit=other.cpu_limit or self.cpu_limit,
+            memory_request=other.memory_request or self.memory_request,
+            memory_limit=other.memory_limit or self.memory_limit,
+        )
+
+
+@dataclass(frozen=True)
+class PresetSpec:
+    """A named vGPU size for a class of workload."""
+
+    name: str
+    vgpu_memory_mib: int
+    vgpu_cores_percent: int | None = None
+    # The model sizes (billions of parameters) it serves: min exclusive, max inclusive.
+    min_model_size_b: float | None = None
+    max_model_size_b: float | None = None
+    gpu_model: GpuModelSpec | None = None
+    resources: ResourceDefaults = field(default_factory=ResourceDefaults)
+    enabled: bool = True
+    is_default: bool = False
+
+    def serves_model_size(self, size_b: float) -> bool:
+        if self.min_model_size_b is None and self.max_model_size_b is None:
+            return False
+        low = self.min_model_size_b if self.min_model_size_b is not None else 0.0
+        high = self.max_model_size_b if self.max_model_size_b is not None else float("inf")
+        return low < size_b <= high
+
+
+# What a namespace without a policy gets, and what the data migration's `*` policy mirrors.
+BUILTIN_RESOURCE_DEFAULTS = ResourceDefaults(
+    cpu_request="1", cpu_limit="8", memory_request="8Gi", memory_limit="32Gi"
+)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """How one namespace (or a pattern of namespaces) is treated."""
+
+    namespace: str = "*"
+    mode: Mode = Mode.ENFORCE
+    default_preset: str | None = None
+    allowed_presets: frozenset[str] = frozenset()
+    max_vgpus_per_pod: int | None = None
+    max_vgpu_memory_mib: int | None = None
+    scheduler_name: str = "volcano"
+    scheduler_scope: SchedulerScope = SchedulerScope.GPU_PODS
+    resources: ResourceDefaults = BUILTIN_RESOURCE_DEFAULTS
+    deny_privileged: bool = True
+
+    @property
+    def is_pattern(self) -> bool:
+        return any(ch in self.namespace for ch in "*?[")
+
+    def matches(self, namespace: str) -> bool:
+        if self.is_pattern:
+            return fnmatchcase(namespace, self.namespace)
+        return namespace == self.namespace
+
+    def allows(self, preset_name: str) -> bool:
+        return not self.allowed_presets or preset_name in self.allowed_presets
+
+
+BUILTIN_POLICY = PolicySpec(namespace="(built-in defaults)")
+
+
+def select_policy(policies: tuple[PolicySpec, ...], namespace: str) -> PolicySpec:
+    """The policy for a namespace: an exact name beats a pattern, a longer pattern a shorter one."""
+    best: PolicySpec | None = None
+    best_rank: tuple[int, int, str] | None = None
+    for policy in policies:
+        if not policy.matches(namespace):
+            continue
+        # Rank: exact first, then by pattern length; the name breaks ties so the choice is stable.
+        rank = (0 if not policy.is_pattern else 1, -len(policy.namespace), policy.namespace)
+        if best_rank is None or rank < best_rank:
+            best, best_rank = policy, rank
+    return best or BUILTIN_POLICY
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Everything configured: presets and GPU models by name, policies, the global default preset."""
+
+    presets: dict[str, PresetSpec] = field(default_factory=dict)
+    gpu_models: dict[str, GpuModelSpec] = field(default_factory=dict)
+    policies: tuple[PolicySpec, ...] = ()
+    default_preset: str | None = None
+    version: int = 0
+
+    def gpu_model(self, name: str) -> GpuModelSpec | None:
+        """A GPU model by name, case-insensitively."""
+        found = self.gpu_models.get(name)
+        if found:
+            return found
+        lowered = name.lower()
+        for model in self.gpu_models.values():
+            if model.name.lower() == lowered:
+                return model
+        return None
+
+
+@dataclass(frozen=True)
+class MutationContext:
+    """What the engine needs besides the Pod."""
+
+    namespace: str
+    policy: PolicySpec
+    catalog: Catalog
+
+
+@dataclass(frozen=True)
+class ContainerGrant:
+    """What one container asked for and what it was given."""
+
+    container: str
+    init: bool
+    gpus_requested: str
+    vgpu_number: int
+    vgpu_memory_mib: int
+    vgpu_cores_percent: int | None
+
+    def as_dict(self) -> dict:
+        return {
+            "container": self.container,
+            "init": self.init,
+            "gpus_requested": self.gpus_requested,
+            "vgpu_number": self.vgpu_number,
+            "vgpu_memory_mib": self.vgpu_memory_mib,
+            "vgpu_cores_percent": self.vgpu_cores_percent,
+        }
+
+
+@dataclass(frozen=True)
+class MutationResult:
+    """The engine's answer: the Pod it would admit, the decision, and why."""
+
+    decision: Decision
+    pod: dict
+    reason: str
+    policy: str
+    preset: str | None = None
+    source: str | None = None
+    grants: tuple[ContainerGrant, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # For a denial: the field or annotation at fault, shown to the user with the reason.
+    field: str | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision is not Decision.DENIED

@@ -1,0 +1,185 @@
+"""Presets, GPU models and namespace policies: how GPU Pods are sized, per namespace."""
+
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import F, Q
+
+from mutations.specs import Mode, SchedulerScope
+
+# A Kubernetes quantity for CPU or memory, e.g. 500m, 2, 8Gi, 1e3 (checked again with parse_quantity).
+quantity_validator = RegexValidator(
+    r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$",
+    "Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi.",
+)
+# An exact namespace (DNS-1123 label) or a shell-style pattern such as team-* or *.
+namespace_pattern_validator = RegexValidator(
+    r"^[a-z0-9*?\[\]-]([-a-z0-9*?\[\]]{0,251}[a-z0-9*?\[\]])?$",
+    "Enter a namespace name (lowercase letters, digits, '-') or a pattern with * such as team-*.",
+)
+
+
+class TimestampedModel(models.Model):
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class GpuModel(TimestampedModel):
+    """A card type in the cluster."""
+
+    name = models.CharField(max_length=64, unique=True, help_text="For example A100-80GB.")
+    memory_mib = models.PositiveIntegerField(
+        validators=[MinValueValidator(1)], help_text="Memory of one card in MiB (an 80 GB card has 81920)."
+    )
+    match = models.CharField(
+        max_length=64,
+        help_text="The substring Volcano matches against the card name in nvidia.com/use-gputype, e.g. A100.",
+    )
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "GPU model"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(memory_mib__gt=0),
+                name="%(app_label)s_%(class)s_memory_positive",
+                violation_error_message="GPU memory must be more than 0 MiB.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Preset(TimestampedModel):
+    """A named vGPU size for a class of workload (usually an LLM size)."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    description = models.TextField(blank=True)
+    vgpu_memory_mib = models.PositiveIntegerField(
+        validators=[MinValueValidator(1)], help_text="GPU memory per vGPU in MiB (written to volcano.sh/vgpu-memory)."
+    )
+    vgpu_cores_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(100)],
+        help_text="Percent of a card's compute per vGPU (volcano.sh/vgpu-cores); empty for no reservation.",
+    )
+    min_model_size_b = models.DecimalField(
+        max_digits=9, decimal_places=3, null=True, blank=True,
+        help_text="Smallest model served, in billions of parameters (exclusive).",
+    )
+    max_model_size_b = models.DecimalField(
+        max_digits=9, decimal_places=3, null=True, blank=True,
+        help_text="Largest model served, in billions of parameters (inclusive).",
+    )
+    gpu_model = models.ForeignKey(
+        GpuModel, null=True, blank=True, on_delete=models.PROTECT, related_name="presets",
+        help_text="Pins Pods to this card type and converts percentages with its memory.",
+    )
+    cpu_request = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    cpu_limit = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    memory_request = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    memory_limit = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    enabled = models.BooleanField(default=True)
+    is_default = models.BooleanField(default=False, help_text="Used where no policy or annotation chooses a preset.")
+
+    class Meta:
+        ordering = ["vgpu_memory_mib", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_default"], condition=Q(is_default=True),
+                name="%(app_label)s_%(class)s_single_default",
+                violation_error_message="Only one preset can be the default.",
+            ),
+            models.CheckConstraint(
+                condition=Q(is_default=False) | Q(enabled=True),
+                name="%(app_label)s_%(class)s_default_enabled",
+                violation_error_message="The default preset must be enabled.",
+            ),
+            models.CheckConstraint(
+                condition=Q(vgpu_memory_mib__gt=0),
+                name="%(app_label)s_%(class)s_memory_positive",
+                violation_error_message="vGPU memory must be more than 0 MiB.",
+            ),
+            models.CheckConstraint(
+                condition=Q(vgpu_cores_percent__isnull=True) | Q(vgpu_cores_percent__lte=100),
+                name="%(app_label)s_%(class)s_cores_percent",
+                violation_error_message="vGPU cores is a percentage: 0 to 100.",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_model_size_b__isnull=True)
+                | Q(max_model_size_b__isnull=True)
+                | Q(min_model_size_b__lt=F("max_model_size_b")),
+                name="%(app_label)s_%(class)s_model_size_range",
+                violation_error_message="The smallest model size must be below the largest.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NamespacePolicy(TimestampedModel):
+    """How the Pods of one namespace, or of namespaces matching a pattern, are treated."""
+
+    namespace = models.CharField(
+        max_length=253, unique=True, validators=[namespace_pattern_validator],
+        help_text="An exact namespace, or a pattern such as team-* (exact beats pattern, longer pattern beats shorter).",
+    )
+    description = models.TextField(blank=True)
+    mode = models.CharField(
+        max_length=16, choices=[(m.value, m.value) for m in Mode], default=Mode.ENFORCE.value,
+        help_text="enforce: patch Pods; audit-only: record what would change, patch nothing; off: leave Pods alone.",
+    )
+    default_preset = models.ForeignKey(
+        Preset, null=True, blank=True, on_delete=models.PROTECT, related_name="default_for_policies"
+    )
+    allowed_presets = models.ManyToManyField(
+        Preset, blank=True, related_name="allowed_in_policies", help_text="Empty allows every enabled preset."
+    )
+    max_vgpus_per_pod = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    max_vgpu_memory_mib = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    scheduler_name = models.CharField(max_length=63, default="volcano", blank=True)
+    scheduler_scope = models.CharField(
+        max_length=16, choices=[(s.value, s.value) for s in SchedulerScope], default=SchedulerScope.GPU_PODS.value,
+        help_text="Whether the scheduler name is set on GPU Pods only or on every Pod.",
+    )
+    cpu_request = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    cpu_limit = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    memory_request = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    memory_limit = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    deny_privileged = models.BooleanField(
+        default=True, help_text="Deny GPU Pods with privileged containers (they escape vGPU isolation)."
+    )
+
+    class Meta:
+        ordering = ["namespace"]
+        verbose_name_plural = "namespace policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(mode__in=[m.value for m in Mode]),
+                name="%(app_label)s_%(class)s_mode_valid",
+                violation_error_message="Mode must be enforce, audit-only or off.",
+            ),
+            models.CheckConstraint(
+                condition=Q(scheduler_scope__in=[s.value for s in SchedulerScope]),
+                name="%(app_label)s_%(class)s_scheduler_scope_valid",
+                violation_error_message="Scheduler scope must be gpu-pods or all-pods.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.namespace
+
+
+class ConfigVersion(models.Model):
+    """One row whose number goes up on every configuration change: replicas compare it to their cache."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    version = models.BigIntegerField(default=0)
+    changed_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"configuration version {self.version}"

@@ -1,0 +1,11 @@
+"""Loaded with `-p tests.testenv` before Django: tests run on the local PostgreSQL, in dev mode."""
+
+import os
+import tempfile
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+os.environ.setdefault("INJECTOR_DEV_MODE", "true")
+# Compare the configuration version on every admission, so a change is seen by the next call.
+os.environ.setdefault("INJECTOR_CONFIG_RECHECK_SECONDS", "0")
+os.environ.setdefault("INJECTOR_AUDIT_SPOOL_DIR", tempfile.mkdtemp(prefix="volcano-injector-spool-"))
+os.environ.setdefault("LOG_LEVEL", "WARNING")
