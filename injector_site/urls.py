@@ -1,7 +1,8 @@
-"""URLs: the webhook and probes at the root, operators' pages under /admin/ and /api/."""
+"""URLs: the webhook and probes at the root, operators' pages under /admin/, /dashboard/ and /api/."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from mutations import views as mutation_views
 
@@ -11,4 +12,9 @@ urlpatterns = [
     path("readyz", mutation_views.readyz, name="readyz"),
     path("metrics", mutation_views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("profiles.urls")),
+    path("api/v1/", include("mutations.api_urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("dashboard/", include("mutations.dashboard_urls")),
 ]

@@ -1,0 +1,3 @@
+"""Read-only REST API for the admission audit (mounted at /api/v1/)."""
+
+urlpatterns: list = []

@@ -1,0 +1,4 @@
+"""The audit dashboard (mounted at /dashboard/)."""
+
+app_name = "dashboard"
+urlpatterns: list = []
