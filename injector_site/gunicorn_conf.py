@@ -255,12 +255,15 @@ if _tls_cert_file:
 def on_starting(server) -> None:
     """Check the TLS files load and empty the Prometheus directory before any worker starts."""
     if _tls_cert_file:
-        # Workers build their context only at the first connection; a missing or
-        # mismatched key must stop the server here, where the operator sees it.
-        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        probe.load_cert_chain(certfile=_tls_cert_file, keyfile=_tls_key_file)
-        for ca_file in _tls_client_ca_files:
-            probe.load_verify_locations(cafile=ca_file)
+        # Build the context once in the master, before the workers fork: a missing
+        # or mismatched key stops the server here, where the operator sees it, and
+        # every worker starts with a loaded certificate, so a worker whose first
+        # connection arrives in the middle of a rotation keeps serving the
+        # inherited one instead of crashing. (Workers also share the session
+        # ticket keys, so a client resumes its TLS session on any worker.)
+        from gunicorn import sock
+
+        sock.ssl_context(server.cfg)
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "").strip()
     if not directory:
         return

@@ -145,6 +145,8 @@ class Server:
             "GUNICORN_BIND": f"127.0.0.1:{self.port}",
             "WEB_CONCURRENCY": "2",
             "GUNICORN_THREADS": "2",
+            # tests/testenv.py quietens the app's logs; these tests read the server's.
+            "LOG_LEVEL": "INFO",
             **env,
         }
         self.env["PATH"] = f"{VENV_BIN}{os.pathsep}{self.env.get('PATH', '')}"
