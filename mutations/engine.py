@@ -537,7 +537,13 @@ class _Mutation:
                 init = max(init, number)
             else:
                 regular += number
-            memory = self._whole(container, limits, VGPU_MEMORY) if VGPU_MEMORY in limits else None
+            memory = self._plain_mib(container, limits[VGPU_MEMORY]) if VGPU_MEMORY in limits else None
+            if VGPU_CORES in limits and self._whole(container, limits, VGPU_CORES) > 100:
+                raise Denial(
+                    f"{container.path}.resources.limits[{VGPU_CORES}]",
+                    f"container {container.name!r}: {VGPU_CORES}: {limits[VGPU_CORES]!r} is not a percentage; "
+                    "use a whole number 0-100 (100 is the whole card)",
+                )
             cap = self.policy.max_vgpu_memory_mib
             if cap is not None and memory is not None and memory > cap:
                 raise Denial(
@@ -553,6 +559,18 @@ class _Mutation:
                 f"the Pod asks for {total} vGPUs; namespace policy {self.policy.namespace!r} allows at most "
                 f"{cap} per Pod",
             )
+
+    @staticmethod
+    def _plain_mib(container: _Container, value: object) -> int:
+        # Volcano reads vgpu-memory as an integer of MiB: "16Gi" would become bytes and overflow.
+        text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+        if not text.isdigit():
+            raise Denial(
+                f"{container.path}.resources.limits[{VGPU_MEMORY}]",
+                f"container {container.name!r}: {VGPU_MEMORY}: {value!r} must be a plain integer of MiB such as "
+                "16384 (a quantity like 16Gi is read as bytes by the scheduler)",
+            )
+        return int(text)
 
     @staticmethod
     def _whole(container: _Container, limits: dict, key: str) -> int:

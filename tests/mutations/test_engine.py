@@ -364,3 +364,28 @@ def test_policy_precedence_exact_then_longest_pattern(namespace, expected):
 
 def test_no_policy_means_built_in_defaults():
     assert select_policy((), "anything").scheduler_name == "volcano"
+
+
+@pytest.mark.parametrize(
+    "key, value, words",
+    [("volcano.sh/vgpu-memory", "16Gi", "plain integer of MiB"), ("volcano.sh/vgpu-cores", "150", "0-100")],
+)
+def test_user_written_vgpu_values_volcano_would_misread_are_denied(key, value, words):
+    pod = pods.cpu_pod()
+    resources = pod["spec"]["containers"][0]["resources"]
+    for part in ("limits", "requests"):
+        resources[part].update({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "8192", key: value})
+    result = run(pod)
+    assert result.decision is Decision.DENIED
+    assert result.field == f"spec.containers[0].resources.limits[{key}]" and words in result.reason
+
+
+def test_user_written_vgpu_pod_is_accepted_and_scheduled_by_volcano():
+    pod = pods.cpu_pod()
+    for part in ("limits", "requests"):
+        pod["spec"]["containers"][0]["resources"][part].update(
+            {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "8192"})
+    result = run(pod)
+    assert result.decision is Decision.MUTATED
+    assert admitted(pod, result)["spec"]["schedulerName"] == "volcano"
+    assert result.pod["spec"]["containers"] == pod["spec"]["containers"]
