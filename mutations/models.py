@@ -1,5 +1,6 @@
 """The audit record: one row per answered admission, append-only."""
 
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 
 from .specs import Decision
@@ -32,6 +33,10 @@ class AdmissionAudit(models.Model):
     vgpus_granted = models.PositiveIntegerField(default=0)
     vgpu_memory_mib = models.PositiveBigIntegerField(default=0, help_text="Total MiB granted across vGPUs.")
     containers = models.JSONField(default=list, help_text="Per container: asked for, granted count, MiB, cores.")
+    resources_before = models.JSONField(
+        default=list, blank=True,
+        help_text="Per container as the Pod arrived: name, init, and its resources (limits/requests).",
+    )
     patch = models.JSONField(default=list)
     warnings = models.JSONField(default=list)
     dry_run = models.BooleanField(default=False)
@@ -42,14 +47,31 @@ class AdmissionAudit(models.Model):
         ordering = ["-created_at", "-id"]
         verbose_name = "admission audit record"
         indexes = [
-            # History page, newest first, and time-range filters: ORDER BY created_at DESC LIMIT n.
-            models.Index(fields=["-created_at", "-id"], name="audit_created_desc"),
-            # History filtered by namespace: WHERE namespace = ? ORDER BY created_at DESC.
-            models.Index(fields=["namespace", "-created_at"], name="audit_namespace_created"),
-            # Overview "decisions by type" and the denials/errors panel: WHERE decision = ? AND created_at > ?.
-            models.Index(fields=["decision", "-created_at"], name="audit_decision_created"),
-            # History filtered by preset and "top presets": WHERE preset_name = ? ORDER BY created_at DESC.
-            models.Index(fields=["preset_name", "-created_at"], name="audit_preset_created"),
+            # History unfiltered, newest first, keyset pages and time ranges:
+            # ORDER BY created_at DESC, id DESC WHERE (created_at, id) < cursor LIMIT n+1.
+            # INCLUDE lets the overview's aggregates over a time window (counts per hour and decision,
+            # top namespaces and presets, MiB granted) run as index-only scans, without the wide rows.
+            models.Index(
+                fields=["-created_at", "-id"], name="audit_created_desc",
+                include=["decision", "namespace", "preset_name", "vgpu_memory_mib"],
+            ),
+            # History filtered by namespace: WHERE namespace = ? ORDER BY created_at DESC, id DESC.
+            models.Index(fields=["namespace", "-created_at", "-id"], name="audit_namespace_created"),
+            # History filtered by decision, and the overview's latest denials/errors:
+            # WHERE decision = ? ORDER BY created_at DESC, id DESC.
+            models.Index(fields=["decision", "-created_at", "-id"], name="audit_decision_created"),
+            # History filtered by preset: WHERE preset_name = ? ORDER BY created_at DESC, id DESC.
+            models.Index(fields=["preset_name", "-created_at", "-id"], name="audit_preset_created"),
+            # History filtered by user: WHERE username = ? ORDER BY created_at DESC, id DESC.
+            models.Index(fields=["username", "-created_at", "-id"], name="audit_user_created"),
+            # History sorted by memory granted ("largest grants"): ORDER BY vgpu_memory_mib DESC, id DESC.
+            models.Index(fields=["vgpu_memory_mib", "id"], name="audit_memory"),
+            # History sorted by duration ("slowest admissions"): ORDER BY duration_ms DESC, id DESC.
+            models.Index(fields=["duration_ms", "id"], name="audit_duration"),
+            # History free text on the Pod's name: WHERE pod_name LIKE '%term%' OR generate_name LIKE '%term%'
+            # (trigram GIN indexes; PostgreSQL only, see migration 0002).
+            GinIndex(OpClass("pod_name", name="gin_trgm_ops"), name="audit_pod_name_trgm"),
+            GinIndex(OpClass("generate_name", name="gin_trgm_ops"), name="audit_generate_name_trgm"),
         ]
 
     def __str__(self) -> str:
