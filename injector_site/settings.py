@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_prometheus",
+    "injector_site",
     "profiles",
     "mutations",
 ]

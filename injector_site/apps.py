@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class InjectorSiteConfig(AppConfig):
+    name = "injector_site"
+    verbose_name = "volcano-injector"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the system checks)

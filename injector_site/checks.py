@@ -1,0 +1,49 @@
+"""System checks for rules that span settings (run by `manage.py check` and at server start)."""
+
+import os
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+
+@register(Tags.database, deploy=True)
+def check_production_database(app_configs, **kwargs):
+    """Outside dev mode the audit record must live in PostgreSQL, not the embedded SQLite file."""
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if not settings.DEV_MODE and engine.endswith("sqlite3"):
+        return [Warning(
+            "No PostgreSQL is configured: audit rows go to a local SQLite file that each replica keeps to itself.",
+            hint="Set DATABASE_URL (or DB_HOST, DB_NAME, DB_USER, DB_PASSWORD) to the PostgreSQL database.",
+            id="volcano_injector.W001",
+        )]
+    return []
+
+
+@register()
+def check_audit_spool_dir(app_configs, **kwargs):
+    """Answered admissions wait in the spool directory: it must be writable when auditing is on."""
+    if not settings.INJECTOR_AUDIT_ENABLED:
+        return []
+    path = settings.INJECTOR_AUDIT_SPOOL_DIR
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        return [Error(f"INJECTOR_AUDIT_SPOOL_DIR {path!r} cannot be created: {exc}",
+                      hint="Mount a writable volume (an emptyDir) there.", id="volcano_injector.E001")]
+    if not os.access(path, os.W_OK | os.X_OK):
+        return [Error(f"INJECTOR_AUDIT_SPOOL_DIR {path!r} is not writable by this user.",
+                      hint="Mount a writable volume (an emptyDir) there.", id="volcano_injector.E001")]
+    return []
+
+
+@register(deploy=True)
+def check_metrics_protection(app_configs, **kwargs):
+    """Metrics name namespaces and presets: say so when anyone who reaches the port can read them."""
+    if not settings.METRICS_TOKEN:
+        return [Warning(
+            "/metrics is readable without a token.",
+            hint="Set METRICS_TOKEN (or METRICS_TOKEN_FILE) or keep the NetworkPolicy that limits who reaches "
+                 "the port (deploy/README.md).",
+            id="volcano_injector.W002",
+        )]
+    return []
