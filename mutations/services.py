@@ -121,12 +121,28 @@ def _audit_record(request, preview: Preview | None, decision: Decision, reason: 
         "vgpus_granted": sum(g.vgpu_number for g in grants),
         "vgpu_memory_mib": sum(g.vgpu_number * (g.vgpu_memory_mib or 0) for g in grants),
         "containers": [g.as_dict() for g in grants],
+        "resources_before": _resources_before(request) if preview else [],
         "patch": preview.patch if preview else [],
         "warnings": list(result.warnings) if result else [],
         "dry_run": request.dry_run,
         "duration_ms": round(duration * 1000, 3),
         "replica": settings.INJECTOR_REPLICA,
     }
+
+
+def _resources_before(request: admission.AdmissionRequest) -> list[dict]:
+    """Each container's resources as the Pod arrived, for the audit's before/after view (small: no images, env)."""
+    pod = request.object if isinstance(request.object, dict) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    before = []
+    for key, init in (("containers", False), ("initContainers", True)):
+        containers = spec.get(key)
+        for container in containers if isinstance(containers, list) else ():
+            if isinstance(container, dict):
+                resources = container.get("resources")
+                before.append({"container": _text(container.get("name")), "init": init,
+                               "resources": resources if isinstance(resources, dict) else {}})
+    return before
 
 
 def _metadata(request: admission.AdmissionRequest) -> dict:
