@@ -92,6 +92,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "injector_site.middleware.WebhookPortMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -239,6 +240,9 @@ INJECTOR_AUDIT_ENABLED = env_bool("INJECTOR_AUDIT_ENABLED", True)
 INJECTOR_AUDIT_SPOOL_DIR = env("INJECTOR_AUDIT_SPOOL_DIR", str(BASE_DIR / "var" / "spool"))
 # How often a replica checks the configuration version (seconds); 0 checks on every admission.
 INJECTOR_CONFIG_RECHECK_SECONDS = float(env("INJECTOR_CONFIG_RECHECK_SECONDS", "1") or 1)
+# Listening ports that serve only /mutate and the probes (the Deployment's webhook port, 8443);
+# the admin, dashboard and API are then reached on the UI port alone. Empty: every port serves all.
+INJECTOR_WEBHOOK_ONLY_PORTS = [int(p) for p in env_list("INJECTOR_WEBHOOK_ONLY_PORTS")]
 # Which replica answered, recorded in each audit row.
 INJECTOR_REPLICA = env("POD_NAME") or socket.gethostname()
 # Bearer token that /metrics requires when set.

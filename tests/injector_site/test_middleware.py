@@ -1,0 +1,53 @@
+"""The webhook port answers the webhook and probes only; the UI port answers everything."""
+
+import socket
+
+import pytest
+from django.test import override_settings
+
+from injector_site.middleware import WebhookPortMiddleware
+
+
+class FakeSocket:
+    def __init__(self, port):
+        self.port = port
+
+    def getsockname(self):
+        return ("10.0.0.5", self.port)
+
+
+@pytest.fixture
+def on_port(client):
+    def get(path, port):
+        return client.get(path, **{"gunicorn.socket": FakeSocket(port)})
+    return get
+
+
+@override_settings(INJECTOR_WEBHOOK_ONLY_PORTS=[8443])
+def test_admin_is_not_served_on_the_webhook_port(on_port):
+    response = on_port("/admin/", 8443)
+    assert response.status_code == 404 and b"UI port" in response.content
+
+
+@override_settings(INJECTOR_WEBHOOK_ONLY_PORTS=[8443])
+def test_probes_are_served_on_the_webhook_port(on_port):
+    assert on_port("/healthz", 8443).status_code == 200
+
+
+@override_settings(INJECTOR_WEBHOOK_ONLY_PORTS=[8443])
+def test_admin_is_served_on_the_ui_port(on_port, db):
+    assert on_port("/admin/", 8444).status_code == 302  # to the login page
+
+
+def test_no_restriction_without_the_setting(on_port, db):
+    assert on_port("/admin/", 8443).status_code == 302
+
+
+def test_port_is_read_from_the_listening_socket_not_the_host_header(settings):
+    settings.INJECTOR_WEBHOOK_ONLY_PORTS = [8443]
+    middleware = WebhookPortMiddleware(lambda request: None)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        request = type("Request", (), {"META": {"gunicorn.socket": sock, "HTTP_HOST": "x:8443"}, "path": "/admin/"})()
+        assert middleware._local_port(request) == sock.getsockname()[1]
+        assert middleware(request) is None  # not the webhook port, so passed on
