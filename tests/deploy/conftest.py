@@ -137,8 +137,10 @@ def free_port() -> int:
 class Server:
     """A gunicorn started from injector_site/gunicorn_conf.py on 127.0.0.1."""
 
-    def __init__(self, app: str, env: dict[str, str], cwd: Path, log_path: Path, argv: list[str] | None = None):
-        self.port = free_port()
+    def __init__(self, app: str, env: dict[str, str], cwd: Path, log_path: Path, argv: list[str] | None = None,
+                 port: int | None = None):
+        # With GUNICORN_BIND in env, pass the port it binds first as port.
+        self.port = port or free_port()
         self.log_path = log_path
         self.env = {
             **os.environ,

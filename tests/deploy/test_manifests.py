@@ -482,3 +482,21 @@ def test_schema_validation_catches_a_misspelt_field(builds):
     broken["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = broken["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+def test_probe_and_webhook_paths_are_real_endpoints_of_the_app(build):
+    """Every path the cluster calls resolves to a view of the app's URLconf."""
+    from django.urls import Resolver404, resolve
+
+    _, objects = build
+    container = injector_container(objects)
+    _, hook = webhook(objects)
+    paths = {hook["clientConfig"]["service"]["path"]}
+    paths |= {container[p]["httpGet"]["path"] for p in ("startupProbe", "livenessProbe", "readinessProbe")}
+    expected_views = {"/mutate": "mutate", "/healthz": "healthz", "/readyz": "readyz"}
+    for path in sorted(paths):
+        try:
+            match = resolve(path)
+        except Resolver404:
+            pytest.fail(f"{path} (called by the cluster) does not resolve in injector_site.urls")
+        assert match.url_name == expected_views[path], (path, match.url_name)
