@@ -1,0 +1,213 @@
+"""Fill the audit table with realistic admissions, for benchmarks and demos (PostgreSQL COPY)."""
+
+from __future__ import annotations
+
+import copy as copylib
+import json
+import random
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from mutations.models import AdmissionAudit
+from mutations.services import pod_preview
+
+NAMESPACES = ["team-a", "team-b", "team-c", "team-nlp", "team-vision", "team-search", "ray", "kserve-models"]
+USERS = ["system:serviceaccount:kube-system:replicaset-controller", "system:serviceaccount:kube-system:job-controller",
+         "system:serviceaccount:ray-system:kuberay-operator", "alice@example.com", "bob@example.com",
+         "carol@example.com", "system:serviceaccount:kube-system:statefulset-controller"]
+REPLICAS = ["volcano-injector-6c9f7d8b5-2xk4p", "volcano-injector-6c9f7d8b5-9qzlm", "volcano-injector-6c9f7d8b5-tr8vw"]
+# Decision mix: mostly conversions, some Pods without GPUs, a few denials and errors.
+DECISION_WEIGHTS = {"mutated": 70, "unchanged": 12, "skipped": 7, "audit-only": 4, "denied": 5, "error": 2}
+# Busier in working hours (UTC), so the hourly chart has a shape.
+HOUR_WEIGHTS = [3, 2, 2, 2, 2, 3, 5, 8, 11, 13, 14, 14, 12, 13, 14, 13, 11, 9, 7, 6, 5, 4, 4, 3]
+COLUMNS = [f.column for f in AdmissionAudit._meta.concrete_fields if not f.primary_key]
+SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def _container(name: str, limits: dict, requests: dict | None = None) -> dict:
+    requests = {**limits, **(requests or {})}
+    return {"name": name, "image": "registry.example.com/" + name, "resources": {"limits": limits, "requests": requests}}
+
+
+def _pod(containers, *, namespace, name="", generate_name="", annotations=None, owner=None) -> dict:
+    metadata = {"namespace": namespace}
+    if name:
+        metadata["name"] = name
+    if generate_name:
+        metadata["generateName"] = generate_name
+    if annotations:
+        metadata["annotations"] = annotations
+    if owner:
+        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1],
+                                        "uid": str(uuid.uuid4()), "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": {"containers": containers, "schedulerName": "default-scheduler"}}
+
+
+def _workloads(namespace: str) -> list[tuple[str, dict]]:
+    """(how the name varies, Pod) for the kinds of GPU workload seen in a namespace."""
+    if namespace == "ray":
+        return [("suffix", _pod([_container("ray-worker", {"nvidia.com/gpu": str(g), "cpu": "16", "memory": "128Gi"})],
+                                namespace=namespace, name=f"raycluster-{m}-gpu-worker-",
+                                annotations={"volcano-injector.io/preset": preset}, owner=("RayCluster", f"raycluster-{m}")))
+                for g, m, preset in ((1, "tune", "llm-7b"), (4, "train", "llm-14b"), (2, "serve", "llm-32b"))]
+    if namespace == "kserve-models":
+        return [("hash", _pod([_container("kserve-container", {"nvidia.com/gpu": "1", "cpu": "4", "memory": "24Gi"}),
+                               _container("queue-proxy", {}, {"cpu": "25m"})],
+                              namespace=namespace, generate_name=f"{m}-predictor-00001-deployment-",
+                              annotations={"volcano-injector.io/model-size": size},
+                              owner=("ReplicaSet", f"{m}-predictor-00001-deployment")))
+                for m, size in (("llama-3-8b", "8B"), ("qwen2-5-1-5b", "1.5B"), ("mistral-7b", "7B"))]
+    models = [("qwen-7b", "7B", 1), ("llama-3-1-8b", "8B", 1), ("phi-4", "14B", 1), ("qwen-32b", "32B", 2),
+              ("llama-3-70b", "70B", 4), ("embedder", "", 1)]
+    pods = [("hash", _pod([_container("vllm", {"nvidia.com/gpu": str(g)})], namespace=namespace,
+                          generate_name=f"{m}-", annotations={"volcano-injector.io/model-size": size} if size else None,
+                          owner=("ReplicaSet", m)))
+            for m, size, g in models]
+    pods.append(("suffix", _pod([_container("trainer", {"nvidia.com/gpu": "2", "cpu": "8", "memory": "64Gi"})],
+                                namespace=namespace, generate_name="finetune-lora-", owner=("Job", "finetune-lora"))))
+    pods.append(("ordinal", _pod([_container("triton", {"nvidia.com/gpu": "1", "cpu": "4", "memory": "16Gi"})],
+                                 namespace=namespace, name="triton-", owner=("StatefulSet", "triton"))))
+    return pods
+
+
+def _cpu_pod(namespace: str) -> tuple[str, dict]:
+    return ("hash", _pod([_container("api", {"cpu": "1", "memory": "1Gi"})], namespace=namespace,
+                         generate_name="gateway-", owner=("ReplicaSet", "gateway")))
+
+
+def _denied_pod(namespace: str, which: int) -> tuple[str, dict]:
+    annotations = [{"volcano-injector.io/preset": "llm-400b"}, {"volcano-injector.io/vgpu-memory": "lots"},
+                   {"volcano-injector.io/model-size": "huge"}][which % 3]
+    return ("hash", _pod([_container("vllm", {"nvidia.com/gpu": "1"})], namespace=namespace, generate_name="exp-",
+                         annotations=annotations, owner=("ReplicaSet", "exp")))
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+class Command(BaseCommand):
+    help = "Fill the audit table with realistic admission rows (PostgreSQL COPY), for benchmarks and demos."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--rows", type=int, default=10_000, help="How many rows to add (default 10000).")
+        parser.add_argument("--days", type=int, default=90, help="Spread over this many days up to now (default 90).")
+        parser.add_argument("--seed", type=int, default=1, help="Random seed, for repeatable data.")
+
+    def handle(self, *args, rows: int, days: int, seed: int, **options):
+        if rows < 1:
+            raise CommandError("--rows must be at least 1")
+        if days < 1:
+            raise CommandError("--days must be at least 1")
+        if connection.vendor != "postgresql":
+            raise CommandError("fill_audit needs PostgreSQL (it writes with COPY)")
+        started = time.perf_counter()
+        rng = random.Random(seed)
+        templates = self._templates()
+        end = datetime.now(timezone.utc)
+        times = sorted(self._random_time(rng, end, days) for _ in range(rows))
+        decisions = rng.choices(list(DECISION_WEIGHTS), weights=list(DECISION_WEIGHTS.values()), k=rows)
+        sql = f'COPY {AdmissionAudit._meta.db_table} ({", ".join(COLUMNS)}) FROM STDIN'
+        with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+            for created_at, decision in zip(times, decisions):
+                copy.write_row(self._row(rng, rng.choice(templates[decision]), created_at))
+        self.stdout.write(f"added {rows} audit rows over {days} days in {time.perf_counter() - started:.1f} s")
+
+    @staticmethod
+    def _random_time(rng: random.Random, end: datetime, days: int) -> datetime:
+        # More traffic in recent days (the cluster grows) and in working hours.
+        day = int(days * (1 - rng.random() ** 0.7))
+        hour = rng.choices(range(24), weights=HOUR_WEIGHTS)[0]
+        moment = (end - timedelta(days=day)).replace(hour=hour, minute=0, second=0, microsecond=0)
+        moment += timedelta(seconds=rng.random() * 3600)
+        return min(moment, end)
+
+    def _templates(self) -> dict[str, list[dict]]:
+        """Per decision, rows computed by the real engine from realistic Pods (names and times vary later)."""
+        templates: dict[str, list[dict]] = {d: [] for d in DECISION_WEIGHTS}
+        for namespace in NAMESPACES:
+            for naming, pod in _workloads(namespace):
+                row = self._engine_row(pod, namespace, naming)
+                templates.setdefault(row["decision"], []).append(row)
+                if row["decision"] == "mutated":
+                    audit_only = dict(row, decision="audit-only", reason=f"audit-only: {row['reason']}")
+                    templates["audit-only"].append(audit_only)
+                    skipped = dict(row, decision="skipped", operation="UPDATE", reason="UPDATE of Pod is not mutated "
+                                   "(only Pod CREATE is)", preset_name="", source="", patch="[]", warnings="[]",
+                                   containers="[]", resources_before="[]", gpus_requested=0, vgpus_granted=0,
+                                   vgpu_memory_mib=0)
+                    templates["skipped"].append(skipped)
+                    error = dict(skipped, decision="error", operation="CREATE",
+                                 reason="internal error: OperationalError: the configuration could not be read")
+                    templates["error"].append(error)
+            for naming, pod in [_cpu_pod(namespace)] + [_denied_pod(namespace, which) for which in range(3)]:
+                row = self._engine_row(pod, namespace, naming)
+                templates.setdefault(row["decision"], []).append(row)  # filed under what the engine really decided
+        for decision, rows in templates.items():
+            if not rows:
+                raise CommandError(f"no template produced a {decision!r} row: check the presets and policies")
+        return templates
+
+    @staticmethod
+    def _engine_row(pod: dict, namespace: str, naming: str) -> dict:
+        preview = pod_preview(pod=copylib.deepcopy(pod), namespace=namespace)
+        result = preview.result
+        grants = result.grants
+        metadata = pod["metadata"]
+        owner = (metadata.get("ownerReferences") or [{}])[0]
+        return {
+            "naming": naming,
+            "operation": "CREATE",
+            "namespace": namespace,
+            "pod_name": metadata.get("name", ""),
+            "generate_name": metadata.get("generateName", ""),
+            "owner_kind": owner.get("kind", ""),
+            "owner_name": owner.get("name", ""),
+            "decision": result.decision.value,
+            "reason": result.reason,
+            "field": result.field or "",
+            "preset_name": result.preset or "",
+            "policy_name": result.policy or "",
+            "source": (result.source or "")[:128],
+            "gpus_requested": sum(float(g.gpus_requested) for g in grants),
+            "vgpus_granted": sum(g.vgpu_number for g in grants),
+            "vgpu_memory_mib": sum(g.vgpu_number * (g.vgpu_memory_mib or 0) for g in grants),
+            "containers": _dumps([g.as_dict() for g in grants]),
+            "resources_before": _dumps([{"container": c["name"], "init": False, "resources": c["resources"]}
+                                        for c in pod["spec"]["containers"]]),
+            "patch": _dumps(preview.patch),
+            "warnings": _dumps(list(result.warnings)),
+        }
+
+    @staticmethod
+    def _row(rng: random.Random, template: dict, created_at: datetime) -> list:
+        naming = template["naming"]
+        pod_name, generate_name, owner_name = template["pod_name"], template["generate_name"], template["owner_name"]
+        if naming == "hash":
+            pod_hash = "".join(rng.choices(SUFFIX_ALPHABET, k=10))
+            owner_name = f"{owner_name}-{pod_hash}" if template["owner_kind"] == "ReplicaSet" else owner_name
+            generate_name = f"{owner_name}-" if template["owner_kind"] == "ReplicaSet" else generate_name
+        elif naming == "suffix":
+            suffix = "".join(rng.choices(SUFFIX_ALPHABET, k=5))
+            if pod_name:
+                pod_name = f"{pod_name}{suffix}"
+        elif naming == "ordinal":
+            pod_name = f"{pod_name}{rng.randrange(8)}"
+        values = {
+            **template,
+            "created_at": created_at,
+            "request_uid": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+            "pod_name": pod_name,
+            "generate_name": generate_name,
+            "owner_name": owner_name,
+            "username": rng.choice(USERS),
+            "dry_run": False,
+            "duration_ms": round(rng.lognormvariate(-1.0, 0.6) + (rng.random() < 0.01) * rng.uniform(5, 60), 3),
+            "replica": rng.choice(REPLICAS),
+        }
+        return [values[column] for column in COLUMNS]
