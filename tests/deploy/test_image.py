@@ -238,6 +238,7 @@ def image_server(image_dir, static_root, database_url):
     secret_key_file.write_text("image-test-secret-key-0123456789abcdef0123456789abcdef")
     secret_key_file.chmod(0o644)
 
+    port, ui_port = free_port(), free_port()
     env = {**image_env()}
     env.update({
         "DJANGO_STATIC_ROOT": str(static_root),
@@ -249,6 +250,7 @@ def image_server(image_dir, static_root, database_url):
         "DATABASE_URL": database_url,
         "DJANGO_ALLOWED_HOSTS": "localhost,127.0.0.1",
         "METRICS_TOKEN": "image-test-token",
+        "INJECTOR_WEBHOOK_ONLY_PORTS": str(port),
         "HOME": "/nonexistent",
     })
     # the settings of the test run (dev mode, its own database) must not leak in
@@ -264,7 +266,6 @@ def image_server(image_dir, static_root, database_url):
                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
 
-    port, ui_port = free_port(), free_port()
     env["GUNICORN_BIND"] = f"127.0.0.1:{port},127.0.0.1:{ui_port}"
     argv = run_as_image_user() + [str(VENV_BIN / entrypoint()[0]), *entrypoint()[1:]]
     server = Server("", env, REPO_ROOT, base / "gunicorn.log", argv=argv, port=port)
@@ -319,9 +320,9 @@ def test_image_probe_and_metrics_endpoints_answer(image_server):
     assert status == 200 and b"# TYPE" in text
 
 
-def test_image_serves_the_admin_on_the_ui_port(image_server):
-    status, _, _ = request(image_server, "GET", "/admin/login/", port=image_server.ui_port)
-    assert status == 200
+def test_image_serves_the_admin_on_the_ui_port_only(image_server):
+    assert request(image_server, "GET", "/admin/login/", port=image_server.ui_port)[0] == 200
+    assert request(image_server, "GET", "/admin/login/")[0] == 404
 
 
 def test_image_serves_collected_static_files(image_server):

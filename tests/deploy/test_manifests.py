@@ -413,6 +413,8 @@ def test_ui_has_its_own_service_on_its_own_port(build):
     binds = env_value(container, "GUNICORN_BIND").split(",")
     assert sorted(int(b.rsplit(":", 1)[1]) for b in binds) == sorted(ports.values())
     assert labels_match({"matchLabels": ui["spec"]["selector"]}, deployment(objects)["spec"]["template"]["metadata"]["labels"])
+    # the webhook port serves only the webhook and probes (injector_site/middleware.py)
+    assert env_value(container, "INJECTOR_WEBHOOK_ONLY_PORTS").split(",") == [str(ports["https"])]
 
 
 def test_pod_disruption_budget_and_autoscaler_keep_two_pods(build):
