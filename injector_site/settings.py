@@ -238,6 +238,15 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INJECTOR_MAX_BODY_BYTES
 INJECTOR_AUDIT_ENABLED = env_bool("INJECTOR_AUDIT_ENABLED", True)
 # Where answered-but-unwritten audit rows wait, durably, until PostgreSQL takes them.
 INJECTOR_AUDIT_SPOOL_DIR = env("INJECTOR_AUDIT_SPOOL_DIR", str(BASE_DIR / "var" / "spool"))
+# The audit writer (mutations/audit.py): how often each process writes its spooled rows (seconds),
+# how often it looks for segments left by ended processes, the longest wait between retries while
+# PostgreSQL is down, and how often it then logs a warning. gunicorn starts the writer in each
+# worker; elsewhere (runserver, shell) the first audited admission starts it unless autostart is off.
+INJECTOR_AUDIT_FLUSH_SECONDS = float(env("INJECTOR_AUDIT_FLUSH_SECONDS", "0.1") or 0.1)
+INJECTOR_AUDIT_ADOPT_SECONDS = float(env("INJECTOR_AUDIT_ADOPT_SECONDS", "2") or 2)
+INJECTOR_AUDIT_RETRY_MAX_SECONDS = float(env("INJECTOR_AUDIT_RETRY_MAX_SECONDS", "2") or 2)
+INJECTOR_AUDIT_WARN_SECONDS = float(env("INJECTOR_AUDIT_WARN_SECONDS", "10") or 10)
+INJECTOR_AUDIT_WRITER_AUTOSTART = env_bool("INJECTOR_AUDIT_WRITER_AUTOSTART", True)
 # How often a replica checks the configuration version (seconds); 0 checks on every admission.
 INJECTOR_CONFIG_RECHECK_SECONDS = float(env("INJECTOR_CONFIG_RECHECK_SECONDS", "1") or 1)
 # Listening ports that serve only /mutate and the probes (the Deployment's webhook port, 8443);
