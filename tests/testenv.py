@@ -9,3 +9,5 @@ os.environ.setdefault("INJECTOR_DEV_MODE", "true")
 os.environ.setdefault("INJECTOR_CONFIG_RECHECK_SECONDS", "0")
 os.environ.setdefault("INJECTOR_AUDIT_SPOOL_DIR", tempfile.mkdtemp(prefix="volcano-injector-spool-"))
 os.environ.setdefault("LOG_LEVEL", "WARNING")
+# The tests write audit rows with audit_flush() in their own transaction, not from a background thread.
+os.environ.setdefault("INJECTOR_AUDIT_WRITER_AUTOSTART", "false")
