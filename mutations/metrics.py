@@ -24,8 +24,16 @@ AUDIT_WRITE_FAILURES = Counter(
     "volcano_injector_audit_write_failures_total",
     "Failed attempts to write audit rows to the database (they are retried).",
 )
+AUDIT_ROWS_REJECTED = Counter(
+    "volcano_injector_audit_rows_rejected_total",
+    "Audit rows the database refused as data; set aside in <spool>/rejected/ instead of blocking the rest.",
+)
+AUDIT_SPOOL_FAILURES = Counter(
+    "volcano_injector_audit_spool_failures_total",
+    "Audit rows that could not be appended to the spool (written directly to the database instead).",
+)
 AUDIT_BACKLOG = Gauge(
     "volcano_injector_audit_backlog_rows",
-    "Audit rows answered but not yet written to the database, in this process.",
+    "Audit rows answered and spooled but not yet written to the database, summed over live processes.",
     multiprocess_mode="livesum",
 )

@@ -15,12 +15,28 @@ def fresh_catalog_cache():
     catalog_cache.invalidate()
 
 
+@pytest.fixture(autouse=True)
+def audit_spool_dir(tmp_path, settings):
+    """Each test spools audit rows into its own directory, so no row reaches another test's database."""
+    settings.INJECTOR_AUDIT_SPOOL_DIR = str(tmp_path / "audit-spool")
+    return tmp_path / "audit-spool"
+
+
 @pytest.fixture
-def post_review(client):
-    """POST an AdmissionReview body to /mutate and return the HTTP response."""
+def post_review(client, request):
+    """POST an AdmissionReview body to /mutate and return the HTTP response.
+
+    The audit row is spooled by the request and written by a background thread in production;
+    here it is written right after the answer (audit_flush, in the test's transaction), so tests
+    see the row as soon as the response is back.
+    """
+    from mutations.audit import audit_flush
 
     def post(body, content_type="application/json"):
         data = body if isinstance(body, (str, bytes)) else json.dumps(body)
-        return client.post("/mutate", data=data, content_type=content_type)
+        response = client.post("/mutate", data=data, content_type=content_type)
+        if "django_db" in request.keywords or "db" in request.fixturenames:
+            audit_flush(timeout_seconds=10)
+        return response
 
     return post
