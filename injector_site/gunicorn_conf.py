@@ -285,3 +285,28 @@ def child_exit(server, worker) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
+
+
+# --- audit writer --------------------------------------------------------------
+
+
+def _django_app_loaded() -> bool:
+    """Whether this worker serves the Django app (the deploy tests also serve a bare WSGI app)."""
+    django_apps = sys.modules.get("django.apps")
+    return bool(django_apps and django_apps.apps.ready)
+
+
+def post_worker_init(worker) -> None:
+    """Start the worker's audit writer: it writes spooled rows in batches and adopts dead workers' spool."""
+    if _django_app_loaded():
+        from mutations.audit import audit_writer_start
+
+        audit_writer_start()
+
+
+def worker_exit(server, worker) -> None:
+    """Write the worker's spooled audit rows before it ends, within half the graceful timeout."""
+    if _django_app_loaded():
+        from mutations.audit import audit_writer_stop
+
+        audit_writer_stop(timeout_seconds=max(graceful_timeout / 2, 1))
