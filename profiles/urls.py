@@ -1,3 +1,17 @@
 """REST API for presets, GPU models, namespace policies and previews (mounted at /api/v1/)."""
 
-urlpatterns: list = []
+from django.urls import path
+from rest_framework.routers import DefaultRouter
+
+from .api import views
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("presets", views.PresetViewSet, basename="preset")
+router.register("gpu-models", views.GpuModelViewSet, basename="gpu-model")
+router.register("namespace-policies", views.NamespacePolicyViewSet, basename="namespace-policy")
+
+urlpatterns = [
+    path("preview/", views.PodPreviewView.as_view(), name="pod-preview"),
+    *router.urls,
+]

@@ -1,0 +1,245 @@
+"""Django admin for GPU models, presets and namespace policies, and the Pod preview page (staff only)."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import ProtectedError
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.http import urlencode
+
+from mutations.services import pod_preview
+
+from .forms import GpuModelForm, NamespacePolicyForm, PodPreviewForm, PresetForm
+from .models import GpuModel, NamespacePolicy, Preset
+from .selectors import (
+    catalog_current,
+    gpu_model_list,
+    namespace_policy_list,
+    pod_yaml,
+    pod_yaml_diff,
+    preset_list,
+    preset_users,
+)
+from .services import (
+    ConfigurationInUse,
+    gpu_model_delete,
+    gpu_model_save,
+    namespace_policy_delete,
+    namespace_policy_save,
+    preset_delete,
+    preset_save,
+)
+
+
+def _mib(value: int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value} MiB ({value / 1024:.1f} GiB)" if value >= 1024 else f"{value} MiB"
+
+
+class RefusingDeleteMixin:
+    """Deletes go through a service that refuses rows still in use; the admin shows why instead of a 500."""
+
+    def delete_model(self, request, obj):
+        self.remove(obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.remove(obj)
+
+    def in_use_messages(self, obj) -> list[str]:
+        return []
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        # Shown on the confirmation page as "would require deleting the following protected objects".
+        extra = [message for obj in objs for message in self.in_use_messages(obj)]
+        return deleted, counts, perms_needed, list(protected) + extra
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except (ConfigurationInUse, ProtectedError) as exc:
+            self.message_user(request, getattr(exc, "message", str(exc)), messages.ERROR)
+            return HttpResponseRedirect(request.path)
+
+
+@admin.register(GpuModel)
+class GpuModelAdmin(RefusingDeleteMixin, admin.ModelAdmin):
+    form = GpuModelForm
+    list_display = ["name", "memory", "match", "presets_count"]
+    search_fields = ["name", "match", "description"]
+    ordering = ["name"]
+    readonly_fields = ["created_at", "updated_at"]
+
+    def get_queryset(self, request):
+        return gpu_model_list()
+
+    @admin.display(description="memory", ordering="memory_mib")
+    def memory(self, obj: GpuModel) -> str:
+        return _mib(obj.memory_mib)
+
+    @admin.display(description="used by presets", ordering="presets_count")
+    def presets_count(self, obj: GpuModel) -> int:
+        return obj.presets_count
+
+    def save_model(self, request, obj, form, change):
+        gpu_model_save(gpu_model=obj)
+
+    def remove(self, obj: GpuModel) -> None:
+        gpu_model_delete(gpu_model=obj)
+
+    def in_use_messages(self, obj: GpuModel) -> list[str]:
+        return [f"preset {name} (pinned to this GPU model)" for name in obj.presets.values_list("name", flat=True)]
+
+
+@admin.register(Preset)
+class PresetAdmin(RefusingDeleteMixin, admin.ModelAdmin):
+    form = PresetForm
+    list_display = ["name", "memory", "vgpu_cores_percent", "model_size_range", "gpu_model", "enabled",
+                    "is_default", "default_for_policies_count", "allowed_in_policies_count"]
+    list_display_links = ["name"]
+    list_filter = ["enabled", "is_default", "gpu_model"]
+    search_fields = ["name", "description"]
+    ordering = ["vgpu_memory_mib", "name"]
+    readonly_fields = ["created_at", "updated_at"]
+    fieldsets = [
+        (None, {"fields": ["name", "description", "enabled", "is_default"]}),
+        ("vGPU", {"fields": ["vgpu_memory_mib", "vgpu_cores_percent", "gpu_model"]}),
+        ("Model sizes served (billions of parameters)", {"fields": ["min_model_size_b", "max_model_size_b"],
+                                                         "description": "From (exclusive) to (inclusive): "
+                                                         "a 7B model gets the preset whose range holds 7."}),
+        ("CPU and memory (override the namespace policy's defaults)",
+         {"fields": ["cpu_request", "cpu_limit", "memory_request", "memory_limit"]}),
+        ("History", {"fields": ["created_at", "updated_at"], "classes": ["collapse"]}),
+    ]
+
+    def get_queryset(self, request):
+        return preset_list()
+
+    @admin.display(description="vGPU memory", ordering="vgpu_memory_mib")
+    def memory(self, obj: Preset) -> str:
+        return _mib(obj.vgpu_memory_mib)
+
+    @admin.display(description="model sizes", ordering="max_model_size_b")
+    def model_size_range(self, obj: Preset) -> str:
+        if obj.min_model_size_b is None and obj.max_model_size_b is None:
+            return "-"
+        low = f"{obj.min_model_size_b.normalize():f}B" if obj.min_model_size_b is not None else "0"
+        high = f"{obj.max_model_size_b.normalize():f}B" if obj.max_model_size_b is not None else "any"
+        return f"over {low} up to {high}"
+
+    @admin.display(description="default in policies", ordering="default_for_policies_count")
+    def default_for_policies_count(self, obj: Preset) -> int:
+        return obj.default_for_policies_count
+
+    @admin.display(description="allowed in policies", ordering="allowed_in_policies_count")
+    def allowed_in_policies_count(self, obj: Preset) -> int:
+        return obj.allowed_in_policies_count
+
+    def save_model(self, request, obj, form, change):
+        preset_save(preset=obj)
+
+    def remove(self, obj: Preset) -> None:
+        preset_delete(preset=obj)
+
+    def in_use_messages(self, obj: Preset) -> list[str]:
+        found = [f"namespace policy {name} (uses this preset)" for name in preset_users(preset=obj)]
+        if obj.is_default:
+            found.append("the default preset role: make another preset the default first")
+        return found
+
+
+@admin.register(NamespacePolicy)
+class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
+    form = NamespacePolicyForm
+    list_display = ["namespace", "kind", "mode", "default_preset", "allowed", "max_vgpus_per_pod", "max_memory",
+                    "scheduler_name", "scheduler_scope", "deny_privileged"]
+    list_filter = ["mode", "scheduler_scope", "deny_privileged", "default_preset"]
+    search_fields = ["namespace", "description"]
+    ordering = ["namespace"]
+    filter_horizontal = ["allowed_presets"]
+    readonly_fields = ["created_at", "updated_at"]
+    actions = ["preview_pod_action"]
+    change_list_template = "admin/profiles/namespacepolicy/change_list.html"
+    fieldsets = [
+        (None, {"fields": ["namespace", "description", "mode"]}),
+        ("Presets", {"fields": ["default_preset", "allowed_presets"]}),
+        ("Limits", {"fields": ["max_vgpus_per_pod", "max_vgpu_memory_mib", "deny_privileged"]}),
+        ("Scheduler", {"fields": ["scheduler_name", "scheduler_scope"]}),
+        ("CPU and memory defaults for GPU containers",
+         {"fields": ["cpu_request", "cpu_limit", "memory_request", "memory_limit"]}),
+        ("History", {"fields": ["created_at", "updated_at"], "classes": ["collapse"]}),
+    ]
+
+    def get_queryset(self, request):
+        return namespace_policy_list()
+
+    @admin.display(description="kind")
+    def kind(self, obj: NamespacePolicy) -> str:
+        return "pattern" if any(ch in obj.namespace for ch in "*?[") else "exact"
+
+    @admin.display(description="allowed presets", ordering="allowed_presets_count")
+    def allowed(self, obj: NamespacePolicy) -> str:
+        names = [p.name for p in obj.allowed_presets.all()]  # prefetched by namespace_policy_list
+        return ", ".join(names) if names else "all enabled"
+
+    @admin.display(description="max vGPU memory", ordering="max_vgpu_memory_mib")
+    def max_memory(self, obj: NamespacePolicy) -> str:
+        return _mib(obj.max_vgpu_memory_mib)
+
+    def save_model(self, request, obj, form, change):
+        namespace_policy_save(policy=obj)  # allowed presets are saved by save_related
+
+    def remove(self, obj: NamespacePolicy) -> None:
+        namespace_policy_delete(policy=obj)
+
+    @admin.action(description="Preview a Pod in the selected policy's namespace")
+    def preview_pod_action(self, request, queryset):
+        policy = queryset.first()
+        namespace = policy.namespace if policy else ""
+        if any(ch in namespace for ch in "*?["):
+            namespace = ""  # a pattern is not a namespace: the operator types one that matches it
+        url = reverse("admin:profiles_pod_preview")
+        return HttpResponseRedirect(f"{url}?{urlencode({'namespace': namespace})}" if namespace else url)
+
+    def get_urls(self):
+        return [
+            path("preview/", self.admin_site.admin_view(self.preview_view), name="profiles_pod_preview"),
+            *super().get_urls(),
+        ]
+
+    def preview_view(self, request):
+        """Paste a Pod, choose a namespace: what /mutate would do with it (nothing is saved or audited)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        result = None
+        if request.method == "POST":
+            form = PodPreviewForm(request.POST)
+            if form.is_valid():
+                pod = form.cleaned_data["pod_yaml"]
+                catalog = catalog_current()
+                preview = pod_preview(pod=pod, namespace=form.cleaned_data["namespace"], catalog=catalog)
+                result = {
+                    "result": preview.result,
+                    "decision": preview.result.decision.value,
+                    "pod_yaml": pod_yaml(pod=preview.result.pod),
+                    "diff": pod_yaml_diff(before=pod, after=preview.result.pod),
+                    "patch": json.dumps(preview.patch, indent=2),
+                    "config_version": catalog.version,
+                }
+        else:
+            form = PodPreviewForm(initial={"namespace": request.GET.get("namespace", "")})
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Preview a Pod",
+            "opts": self.model._meta,
+            "form": form,
+            "preview": result,
+        }
+        return TemplateResponse(request, "admin/profiles/pod_preview.html", context)

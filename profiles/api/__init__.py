@@ -1,0 +1,1 @@
+"""REST API for presets, GPU models, namespace policies and previews."""

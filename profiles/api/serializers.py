@@ -1,0 +1,158 @@
+"""Serializers: field-level validation that mirrors the database constraints, so a violation is a 400."""
+
+from __future__ import annotations
+
+import copy
+
+from django.db import models
+from rest_framework import serializers
+
+from mutations.specs import Mode, SchedulerScope
+
+from ..models import GpuModel, NamespacePolicy, Preset
+from ..selectors import gpu_model_validate, namespace_policy_validate, preset_validate
+
+
+def _unsaved_copy(serializer: serializers.ModelSerializer, attrs: dict, model: type[models.Model]):
+    """The row as it would be saved: the instance (if any) with the validated attributes applied."""
+    instance = copy.copy(serializer.instance) if serializer.instance is not None else model()
+    for name, value in attrs.items():
+        if not isinstance(model._meta.get_field(name), models.ManyToManyField):
+            setattr(instance, name, value)
+    return instance
+
+
+class GpuModelSerializer(serializers.ModelSerializer):
+    presets_count = serializers.IntegerField(read_only=True, help_text="Presets pinned to this GPU model.")
+
+    class Meta:
+        model = GpuModel
+        fields = ["id", "name", "memory_mib", "match", "description", "presets_count", "created_at", "updated_at"]
+        read_only_fields = ["created_at", "updated_at"]
+
+    def validate(self, attrs):
+        problems = gpu_model_validate(gpu_model=_unsaved_copy(self, attrs, GpuModel))
+        if problems:
+            raise serializers.ValidationError(problems)
+        return attrs
+
+
+class PresetSerializer(serializers.ModelSerializer):
+    gpu_model = serializers.SlugRelatedField(
+        slug_field="name", queryset=GpuModel.objects.all(), required=False, allow_null=True,
+        help_text="Name of the GPU model that Pods with this preset are pinned to.",
+    )
+    min_model_size_b = serializers.DecimalField(
+        max_digits=9, decimal_places=3, required=False, allow_null=True, coerce_to_string=False,
+        help_text="Smallest model served, in billions of parameters (exclusive).",
+    )
+    max_model_size_b = serializers.DecimalField(
+        max_digits=9, decimal_places=3, required=False, allow_null=True, coerce_to_string=False,
+        help_text="Largest model served, in billions of parameters (inclusive).",
+    )
+    # Declared so that setting it on a new preset moves the default (preset_save) instead of failing
+    # the single-default uniqueness check that ModelSerializer would derive from the constraint.
+    is_default = serializers.BooleanField(
+        required=False, default=False,
+        help_text="Make this the default preset; the previous default stops being it.",
+    )
+    default_for_policies_count = serializers.IntegerField(read_only=True)
+    allowed_in_policies_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Preset
+        fields = [
+            "id", "name", "description", "vgpu_memory_mib", "vgpu_cores_percent",
+            "min_model_size_b", "max_model_size_b", "gpu_model",
+            "cpu_request", "cpu_limit", "memory_request", "memory_limit",
+            "enabled", "is_default", "default_for_policies_count", "allowed_in_policies_count",
+            "created_at", "updated_at",
+        ]
+        read_only_fields = ["created_at", "updated_at"]
+
+    def validate(self, attrs):
+        problems = preset_validate(preset=_unsaved_copy(self, attrs, Preset))
+        if problems:
+            raise serializers.ValidationError(problems)
+        return attrs
+
+
+class NamespacePolicySerializer(serializers.ModelSerializer):
+    mode = serializers.ChoiceField(choices=[m.value for m in Mode], default=Mode.ENFORCE.value)
+    scheduler_scope = serializers.ChoiceField(
+        choices=[s.value for s in SchedulerScope], default=SchedulerScope.GPU_PODS.value
+    )
+    default_preset = serializers.SlugRelatedField(
+        slug_field="name", queryset=Preset.objects.all(), required=False, allow_null=True,
+        help_text="Preset for Pods that name none (by annotation or model size).",
+    )
+    allowed_presets = serializers.SlugRelatedField(
+        slug_field="name", queryset=Preset.objects.all(), many=True, required=False,
+        help_text="Preset names Pods may use here; empty allows every enabled preset.",
+    )
+    is_pattern = serializers.SerializerMethodField(help_text="Whether namespace is a pattern such as team-*.")
+
+    class Meta:
+        model = NamespacePolicy
+        fields = [
+            "id", "namespace", "is_pattern", "description", "mode", "default_preset", "allowed_presets",
+            "max_vgpus_per_pod", "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope",
+            "cpu_request", "cpu_limit", "memory_request", "memory_limit", "deny_privileged",
+            "created_at", "updated_at",
+        ]
+        read_only_fields = ["created_at", "updated_at"]
+
+    def get_is_pattern(self, policy: NamespacePolicy) -> bool:
+        return any(ch in policy.namespace for ch in "*?[")
+
+    def validate(self, attrs):
+        policy = _unsaved_copy(self, attrs, NamespacePolicy)
+        if "allowed_presets" in attrs:
+            allowed = list(attrs["allowed_presets"])
+        elif self.instance is not None:
+            allowed = list(self.instance.allowed_presets.all())
+        else:
+            allowed = []
+        problems = namespace_policy_validate(policy=policy, allowed_presets=allowed)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return attrs
+
+
+class PodPreviewRequestSerializer(serializers.Serializer):
+    namespace = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", max_length=63,
+        error_messages={"invalid": "Enter a namespace name: lowercase letters, digits and '-'."},
+        help_text="The namespace the Pod would be created in.",
+    )
+    pod = serializers.JSONField(help_text="The Pod: a JSON object, or a string holding its YAML or JSON.")
+
+
+class ContainerGrantSerializer(serializers.Serializer):
+    container = serializers.CharField()
+    init = serializers.BooleanField()
+    gpus_requested = serializers.CharField()
+    vgpu_number = serializers.IntegerField()
+    vgpu_memory_mib = serializers.IntegerField()
+    vgpu_cores_percent = serializers.IntegerField(allow_null=True)
+
+
+class PodPreviewResponseSerializer(serializers.Serializer):
+    """What /mutate would do with the Pod (documentation of the response; built by the view)."""
+
+    namespace = serializers.CharField()
+    decision = serializers.ChoiceField(choices=["mutated", "unchanged", "skipped", "audit-only", "denied"])
+    allowed = serializers.BooleanField(help_text="False when /mutate would deny the Pod.")
+    reason = serializers.CharField()
+    field = serializers.CharField(allow_null=True, help_text="For a denial: the field or annotation at fault.")
+    policy = serializers.CharField(help_text="The namespace policy that decided (its namespace or pattern).")
+    preset = serializers.CharField(allow_null=True)
+    source = serializers.CharField(allow_null=True, help_text="What chose the size (annotation, policy, default).")
+    warnings = serializers.ListField(child=serializers.CharField())
+    patch = serializers.ListField(child=serializers.DictField(), help_text="RFC 6902 operations.")
+    patch_sent = serializers.BooleanField(
+        help_text="Whether /mutate sends this patch (audit-only policies compute it but send none)."
+    )
+    pod = serializers.DictField(help_text="The Pod after the patch.")
+    grants = ContainerGrantSerializer(many=True)
+    config_version = serializers.IntegerField()

@@ -1,0 +1,84 @@
+"""Admin forms: the same rules as the REST API's serializers (profiles.selectors.*_validate)."""
+
+from __future__ import annotations
+
+from django import forms
+
+from .models import GpuModel, NamespacePolicy, Preset
+from .selectors import gpu_model_validate, namespace_policy_validate, preset_validate
+from .services import PodDocumentError, pod_document_parse
+
+
+def _add_problems(form: forms.ModelForm, problems: dict[str, list[str]]) -> None:
+    for field, messages in problems.items():
+        if field in form.errors:  # the field's own validation already said what is wrong
+            continue
+        target = field if field in form.fields else None
+        for message in messages:
+            form.add_error(target, message)
+
+
+class GpuModelForm(forms.ModelForm):
+    class Meta:
+        model = GpuModel
+        fields = ["name", "memory_mib", "match", "description"]
+
+    def _post_clean(self):
+        super()._post_clean()
+        _add_problems(self, gpu_model_validate(gpu_model=self.instance))
+
+
+class PresetForm(forms.ModelForm):
+    class Meta:
+        model = Preset
+        fields = [
+            "name", "description", "vgpu_memory_mib", "vgpu_cores_percent", "min_model_size_b", "max_model_size_b",
+            "gpu_model", "cpu_request", "cpu_limit", "memory_request", "memory_limit", "enabled", "is_default",
+        ]
+        help_texts = {"is_default": "Used where no policy or annotation chooses a preset. Ticking it here moves "
+                                    "the default off the current default preset."}
+
+    def _get_validation_exclusions(self):
+        # Making this preset the default moves the default (profiles.services.preset_save): the single-default
+        # constraint is checked by the database on save, not against the current default here.
+        return super()._get_validation_exclusions() | {"is_default"}
+
+    def _post_clean(self):
+        super()._post_clean()
+        _add_problems(self, preset_validate(preset=self.instance))
+
+
+class NamespacePolicyForm(forms.ModelForm):
+    class Meta:
+        model = NamespacePolicy
+        fields = [
+            "namespace", "description", "mode", "default_preset", "allowed_presets", "max_vgpus_per_pod",
+            "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope", "cpu_request", "cpu_limit",
+            "memory_request", "memory_limit", "deny_privileged",
+        ]
+
+    def _post_clean(self):
+        super()._post_clean()
+        allowed = list(self.cleaned_data.get("allowed_presets") or [])
+        _add_problems(self, namespace_policy_validate(policy=self.instance, allowed_presets=allowed))
+
+
+class PodPreviewForm(forms.Form):
+    """A Pod manifest and the namespace to preview it in."""
+
+    namespace = forms.RegexField(
+        regex=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", max_length=63,
+        error_messages={"invalid": "Enter a namespace name: lowercase letters, digits and '-'."},
+        help_text="The namespace the Pod would be created in; the policy that applies to it decides.",
+    )
+    pod_yaml = forms.CharField(
+        label="Pod YAML", widget=forms.Textarea(attrs={"rows": 24, "cols": 100, "spellcheck": "false",
+                                                       "style": "font-family: monospace"}),
+        help_text="A Pod manifest (kind: Pod) in YAML or JSON, as you would pass to kubectl apply -f.",
+    )
+
+    def clean_pod_yaml(self) -> dict:
+        try:
+            return pod_document_parse(text=self.cleaned_data["pod_yaml"])
+        except PodDocumentError as exc:
+            raise forms.ValidationError(str(exc)) from exc
