@@ -502,3 +502,18 @@ def test_probe_and_webhook_paths_are_real_endpoints_of_the_app(build):
         except Resolver404:
             pytest.fail(f"{path} (called by the cluster) does not resolve in injector_site.urls")
         assert match.url_name == expected_views[path], (path, match.url_name)
+
+
+def test_readme_covers_install_operations_and_the_errors_operators_hit():
+    from .conftest import DEPLOY_DIR
+
+    text = (DEPLOY_DIR / "README.md").read_text()
+    for heading in ("## Install from zero", "## Verify with a test Pod", "## Upgrade", "## Roll back", "## Uninstall", "## Troubleshooting"):
+        assert heading in text, heading
+    assert text.index("cert-manager") < text.index("kubectl apply -k deploy/overlays/production")
+    for error in ("x509: certificate signed by unknown authority", 'service "volcano-injector" not found',
+                  "Required value", "context deadline exceeded"):
+        assert error in text, error
+    for word in ("nvidia/cuda", "nvidia.com/gpu: 1", "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory",
+                 "INJECTOR_FAILURE_POLICY", "emptyDir"):
+        assert word in text, word
