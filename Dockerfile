@@ -44,7 +44,9 @@ COPY . /app
 # Static files are collected once here, so the read-only root filesystem in the
 # cluster needs no write at start. The secret key is a placeholder that only
 # exists for this command; the real one comes from a Secret at run time.
-RUN DJANGO_SECRET_KEY=build-only python manage.py collectstatic --noinput \
+# Without PROMETHEUS_MULTIPROC_DIR: the app's metrics would otherwise be written
+# as files into a directory that does not exist yet.
+RUN env -u PROMETHEUS_MULTIPROC_DIR DJANGO_SECRET_KEY=build-only python manage.py collectstatic --noinput \
  && python -m compileall -q /app \
  && mkdir -p /var/lib/volcano-injector/spool /tmp/prometheus \
  && chown -R 10001:10001 /var/lib/volcano-injector /tmp/prometheus

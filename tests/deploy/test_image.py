@@ -120,7 +120,9 @@ def test_entrypoint_is_gunicorn_with_the_project_config():
 
 
 def test_collectstatic_uses_the_build_only_key():
-    assert collectstatic_command() == "DJANGO_SECRET_KEY=build-only python manage.py collectstatic --noinput"
+    assert collectstatic_command() == (
+        "env -u PROMETHEUS_MULTIPROC_DIR DJANGO_SECRET_KEY=build-only python manage.py collectstatic --noinput"
+    )
 
 
 def dockerignore_patterns() -> list[str]:

@@ -372,6 +372,12 @@ def test_migrations_run_in_an_init_container_of_the_same_image(build):
     (migrate,) = pod_spec["initContainers"]
     assert migrate["command"] == ["python", "manage.py", "migrate", "--noinput"]
     assert migrate["image"] == injector_container(objects)["image"]
+    # the app writes Prometheus files as soon as it loads: the directory the image
+    # names must exist in the init container too
+    from .test_image import image_env
+
+    metrics_dir = image_env()["PROMETHEUS_MULTIPROC_DIR"]
+    assert metrics_dir in {m["mountPath"] for m in migrate["volumeMounts"]}
     main_env = {e["name"]: e.get("value") for e in injector_container(objects)["env"]}
     for e in migrate["env"]:
         if e["name"].endswith("_FILE"):
