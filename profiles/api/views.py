@@ -6,6 +6,7 @@ from django.db import IntegrityError
 from django.db.models import ProtectedError
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status, viewsets
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
@@ -63,10 +64,18 @@ def _constraint_error(model, exc: IntegrityError) -> serializers.ValidationError
                                                                "and try again.")]})
 
 
+class ConfigurationPagination(PageNumberPagination):
+    """PAGE_SIZE rows a page; scripts may ask for up to 500 with ?page_size=."""
+
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
 class ConfigurationViewSet(viewsets.ModelViewSet):
     """Shared write handling: services save and delete; constraint races and in-use rows answer 400."""
 
     permission_classes = [ModelPermissionsOrReadOnly]
+    pagination_class = ConfigurationPagination
 
     def save(self, instance):
         raise NotImplementedError

@@ -57,3 +57,9 @@ def staff_client(client, operator):
     """The Django test client logged in to the admin as a staff operator."""
     client.force_login(operator)
     return client
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Test users' passwords need no brute-force resistance; PBKDF2 would dominate these tests' time."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
