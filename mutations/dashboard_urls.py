@@ -1,4 +1,13 @@
-"""The audit dashboard (mounted at /dashboard/)."""
+"""The audit dashboard (mounted at /dashboard/): staff only."""
+
+from django.urls import path
+
+from .dashboard import views
 
 app_name = "dashboard"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("history/", views.history, name="history"),
+    path("history.csv", views.export_csv, name="export"),
+    path("admissions/<int:audit_id>/", views.detail, name="detail"),
+]

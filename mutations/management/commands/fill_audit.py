@@ -125,7 +125,9 @@ class Command(BaseCommand):
         hour = rng.choices(range(24), weights=HOUR_WEIGHTS)[0]
         moment = (end - timedelta(days=day)).replace(hour=hour, minute=0, second=0, microsecond=0)
         moment += timedelta(seconds=rng.random() * 3600)
-        return min(moment, end)
+        if moment > end:  # the current hour is not over yet
+            moment = end - timedelta(seconds=rng.random() * (end - end.replace(minute=0, second=0)).total_seconds())
+        return moment
 
     def _templates(self) -> dict[str, list[dict]]:
         """Per decision, rows computed by the real engine from realistic Pods (names and times vary later)."""

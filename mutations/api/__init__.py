@@ -1,0 +1,1 @@
+"""Read-only REST API over the admission audit."""

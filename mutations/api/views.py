@@ -1,0 +1,31 @@
+"""GET /api/v1/audit/ (filtered, newest first, cursor pages) and GET /api/v1/audit/<id>/: for scripts."""
+
+from django_filters.rest_framework import DjangoFilterBackend
+from rest_framework import viewsets
+from rest_framework.pagination import CursorPagination
+from rest_framework.permissions import IsAdminUser
+
+from mutations.dashboard.filters import AuditFilter
+from mutations.models import AdmissionAudit
+
+from .serializers import AdmissionAuditSerializer
+
+
+class AuditCursorPagination(CursorPagination):
+    """Newest first; `next` and `previous` links, never a COUNT(*) over the whole table."""
+
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+class AdmissionAuditViewSet(viewsets.ReadOnlyModelViewSet):
+    """The admission audit, read-only: rows are written by the webhook and removed only by retention."""
+
+    queryset = AdmissionAudit.objects.all()
+    serializer_class = AdmissionAuditSerializer
+    filterset_class = AuditFilter
+    filter_backends = [DjangoFilterBackend]
+    pagination_class = AuditCursorPagination
+    permission_classes = [IsAdminUser]  # usernames and Pod names: staff only, like the dashboard

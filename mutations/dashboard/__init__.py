@@ -1,0 +1,1 @@
+"""The audit dashboard: overview charts, history, one admission's detail, CSV export."""

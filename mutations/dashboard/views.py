@@ -1,0 +1,180 @@
+"""Dashboard pages (staff only): overview, history, one admission, CSV export. Thin: selectors do the reading."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from mutations import audit as audit_writer
+from mutations import selectors
+from mutations.models import AdmissionAudit
+from mutations.specs import Decision
+
+from . import charts
+from .filters import AuditFilter
+from .resources import resources_side_by_side
+
+logger = logging.getLogger("volcano_injector.dashboard")
+FILTER_KEYS = ("namespace", "decision", "preset", "user", "since", "until", "q")
+# A CSV export stops here: enough for any investigation, bounded for the database and the browser.
+EXPORT_MAX_ROWS = 100_000
+CSV_COLUMNS = ["created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name", "owner_kind",
+               "owner_name", "username", "decision", "reason", "field", "preset_name", "policy_name", "source",
+               "gpus_requested", "vgpus_granted", "vgpu_memory_mib", "warnings", "duration_ms", "replica"]
+
+
+def _backlog_rows() -> int | None:
+    """Rows answered but not yet in PostgreSQL (the group-committing writer's spool), if the writer tells."""
+    backlog = getattr(audit_writer, "audit_backlog_rows", None)
+    if backlog is None:
+        return None
+    try:
+        return int(backlog())
+    except Exception:  # the banner is a courtesy: never break a page over it
+        logger.warning("audit backlog unknown", exc_info=True)
+        return None
+
+
+def _filters(request) -> dict[str, str]:
+    return {key: request.GET[key] for key in FILTER_KEYS if request.GET.get(key, "").strip()}
+
+
+def _context(request, **extra) -> dict:
+    return {"backlog_rows": _backlog_rows(), "decision_colours": charts.DECISION_COLOURS, **extra}
+
+
+@require_GET
+@staff_member_required
+def overview(request):
+    window = request.GET.get("window", selectors.DEFAULT_WINDOW)
+    if window not in selectors.WINDOWS:
+        window = selectors.DEFAULT_WINDOW
+    data = selectors.audit_overview(window=window)
+    per = "hour" if data.bucket == "hour" else "day"
+    top_count = max((n["n"] for n in data.top_namespaces), default=0) or 1
+    top_preset = max((p["n"] for p in data.top_presets), default=0) or 1
+    decisions = [
+        {"name": d, "count": data.totals.get(d, 0), "colour": charts.DECISION_COLOURS[d],
+         "share": (data.totals.get(d, 0) / data.total * 100) if data.total else 0,
+         "problem": d in selectors.PROBLEM_DECISIONS}
+        for d in charts.DECISION_ORDER
+    ]
+    context = _context(
+        request,
+        data=data,
+        window=window,
+        windows=list(selectors.WINDOWS),
+        decisions=decisions,
+        admissions_chart=charts.stacked_bars(buckets=data.buckets, counts=data.counts, bucket=data.bucket,
+                                             title=f"Admissions per {per} by decision"),
+        memory_chart=charts.area(buckets=data.buckets, values=[selectors.gib(m) for m in data.memory_mib],
+                                 bucket=data.bucket, title=f"vGPU memory granted per {per}", unit="GiB"),
+        top_namespaces=[{**n, "width": n["n"] / top_count * 100, "problem_width": n["problems"] / top_count * 100,
+                         "gib": selectors.gib(n["mib"])} for n in data.top_namespaces],
+        top_presets=[{**p, "width": p["n"] / top_preset * 100, "gib": selectors.gib(p["mib"])}
+                     for p in data.top_presets],
+        conversions=data.totals.get(Decision.MUTATED.value, 0),
+        problems=sum(data.totals.get(d, 0) for d in selectors.PROBLEM_DECISIONS),
+        granted_gib=selectors.gib(sum(data.memory_mib)),
+        per=per,
+    )
+    return render(request, "dashboard/overview.html", context)
+
+
+@require_GET
+@staff_member_required
+def history(request):
+    filters = _filters(request)
+    form = AuditFilter(filters, queryset=AdmissionAudit.objects.none()).form
+    sort = request.GET.get("sort") or selectors.DEFAULT_SORT
+    try:
+        page = selectors.audit_page(filters=filters, sort=sort, after=request.GET.get("after"),
+                                    before=request.GET.get("before"))
+        errors = None
+    except selectors.FilterError as exc:
+        page, errors = None, exc.errors
+    query = request.GET.copy()
+    for key in ("after", "before"):
+        query.pop(key, None)
+    context = _context(
+        request, form=form, page=page, errors=errors, sort=sort, sorts=selectors.SORTS,
+        query=query.urlencode(), filter_query=_urlencode(filters), filters=filters,
+        choices=selectors.audit_choices(), decisions=[d.value for d in Decision],
+    )
+    return render(request, "dashboard/history.html", context, status=400 if errors else 200)
+
+
+@require_GET
+@staff_member_required
+def detail(request, audit_id: int):
+    try:
+        row = selectors.audit_get(audit_id=audit_id)
+    except AdmissionAudit.DoesNotExist as exc:
+        raise Http404("no such admission") from exc
+    context = _context(
+        request, row=row, containers=resources_side_by_side(row=row),
+        patch_json=json.dumps(row.patch, indent=2), annotations=_applied_annotations(row.patch),
+        problem=row.decision in selectors.PROBLEM_DECISIONS,
+    )
+    return render(request, "dashboard/detail.html", context)
+
+
+@require_GET
+@staff_member_required
+def export_csv(request):
+    filters = _filters(request)
+    try:
+        rows = selectors.audit_export_rows(filters=filters, limit=EXPORT_MAX_ROWS)
+    except selectors.FilterError as exc:
+        return HttpResponseBadRequest(f"bad filter: {exc}", content_type="text/plain")
+    response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="admission-audit.csv"'
+    return response
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_lines(rows):
+    writer = csv.writer(_Echo())
+    yield writer.writerow(CSV_COLUMNS)
+    for row in rows:
+        values = []
+        for column in CSV_COLUMNS:
+            value = getattr(row, column)
+            if column == "created_at":
+                value = value.isoformat()
+            elif column == "warnings":
+                value = " | ".join(value or [])
+            values.append(value)
+        yield writer.writerow(values)
+
+
+def _urlencode(filters: dict[str, str]) -> str:
+    from urllib.parse import urlencode
+
+    return urlencode(filters)
+
+
+def _applied_annotations(patch: list) -> dict[str, str]:
+    """The volcano-injector.io/applied-* annotations the patch sets: the decision as the Pod carries it."""
+    found: dict[str, str] = {}
+    for op in patch or []:
+        if not isinstance(op, dict) or op.get("op") not in ("add", "replace"):
+            continue
+        path, value = op.get("path", ""), op.get("value")
+        if path == "/metadata/annotations" and isinstance(value, dict):
+            found.update({k: str(v) for k, v in value.items() if k.startswith("volcano-injector.io/")})
+        elif path.startswith("/metadata/annotations/"):
+            key = path.rsplit("/", 1)[1].replace("~1", "/").replace("~0", "~")
+            if key.startswith("volcano-injector.io/"):
+                found[key] = str(value)
+    return found

@@ -1,0 +1,238 @@
+"""Reading audit rows: history pages (keyset, never COUNT(*)), one admission, the overview's aggregates."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from decimal import Decimal
+
+from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncHour
+from django.utils import timezone
+
+from .dashboard.filters import AuditFilter
+from .models import AdmissionAudit
+from .specs import Decision
+
+# The columns a history row shows: the wide JSON columns (patch, containers, warnings) stay behind.
+LIST_FIELDS = ("id", "created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name",
+               "owner_kind", "owner_name", "username", "decision", "reason", "preset_name", "policy_name",
+               "gpus_requested", "vgpus_granted", "vgpu_memory_mib", "duration_ms", "replica")
+# Sort keys a history page accepts; each has an index whose last column is id (see models.py).
+SORTS = {
+    "-created_at": "newest first", "created_at": "oldest first",
+    "-vgpu_memory_mib": "most memory first", "vgpu_memory_mib": "least memory first",
+    "-duration_ms": "slowest first", "duration_ms": "fastest first",
+}
+DEFAULT_SORT = "-created_at"
+PAGE_SIZE = 50
+PROBLEM_DECISIONS = (Decision.DENIED.value, Decision.ERROR.value)
+
+
+class FilterError(ValueError):
+    """The filters are not valid; `errors` maps each field to its messages."""
+
+    def __init__(self, errors: Mapping[str, list[str]]):
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+def audit_list(*, filters: Mapping[str, str] | None = None) -> QuerySet[AdmissionAudit]:
+    """Audit rows matching the history filters (namespace, decision, preset, user, since, until, q)."""
+    filterset = AuditFilter(filters or {}, queryset=AdmissionAudit.objects.all())
+    if not filterset.is_valid():
+        raise FilterError(filterset.errors)
+    return filterset.qs
+
+
+def audit_get(*, audit_id: int) -> AdmissionAudit:
+    """One admission, every column; raises AdmissionAudit.DoesNotExist."""
+    return AdmissionAudit.objects.get(pk=audit_id)
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    """One page of history and the cursors to its neighbours (None where there is none)."""
+
+    rows: list[AdmissionAudit]
+    sort: str
+    next_cursor: str | None
+    previous_cursor: str | None
+
+
+def audit_page(*, filters: Mapping[str, str] | None = None, sort: str = DEFAULT_SORT, after: str | None = None,
+               before: str | None = None, size: int | None = None) -> AuditPage:
+    """A page of filtered history in `sort` order, after or before a cursor: n+1 rows fetched, nothing counted."""
+    size = size or PAGE_SIZE
+    if sort not in SORTS:
+        raise FilterError({"sort": [f"choose one of {', '.join(SORTS)}"]})
+    field_name = sort.lstrip("-")
+    descending = sort.startswith("-")
+    queryset = audit_list(filters=filters).only(*LIST_FIELDS)
+    backwards = bool(before) and not after
+    cursor = _cursor_decode(before if backwards else after, field_name) if (after or before) else None
+    # Walking backwards is walking forwards in the opposite order, then turning the page around.
+    walk_descending = descending != backwards
+    if cursor is not None:
+        value, last_id = cursor
+        if walk_descending:
+            queryset = queryset.filter(Q(**{f"{field_name}__lte": value}),
+                                       Q(**{f"{field_name}__lt": value}) | Q(id__lt=last_id))
+        else:
+            queryset = queryset.filter(Q(**{f"{field_name}__gte": value}),
+                                       Q(**{f"{field_name}__gt": value}) | Q(id__gt=last_id))
+    order = [f"-{field_name}", "-id"] if walk_descending else [field_name, "id"]
+    rows = list(queryset.order_by(*order)[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    if backwards:
+        rows.reverse()
+        next_cursor = _cursor_encode(rows[-1], field_name) if rows else None
+        previous_cursor = _cursor_encode(rows[0], field_name) if (rows and more) else None
+    else:
+        next_cursor = _cursor_encode(rows[-1], field_name) if (rows and more) else None
+        previous_cursor = _cursor_encode(rows[0], field_name) if (rows and cursor is not None) else None
+    return AuditPage(rows=rows, sort=sort, next_cursor=next_cursor, previous_cursor=previous_cursor)
+
+
+def _cursor_encode(row: AdmissionAudit, field_name: str) -> str:
+    value = getattr(row, field_name)
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return base64.urlsafe_b64encode(json.dumps([text, row.id]).encode()).decode().rstrip("=")
+
+
+def _cursor_decode(cursor: str, field_name: str):
+    try:
+        text, last_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if field_name == "created_at":
+            value = datetime.fromisoformat(text)
+        elif field_name == "duration_ms":
+            value = float(text)
+        else:
+            value = int(text)
+        return value, int(last_id)
+    except (ValueError, TypeError, binascii.Error, json.JSONDecodeError) as exc:
+        raise FilterError({"cursor": ["is not a cursor from this page; start again from the first page"]}) from exc
+
+
+def audit_export_rows(*, filters: Mapping[str, str] | None = None, limit: int) -> Iterator[AdmissionAudit]:
+    """Filtered history, newest first, at most `limit` rows, streamed from a server-side cursor."""
+    queryset = audit_list(filters=filters).only(*LIST_FIELDS, "source", "field", "warnings")
+    return queryset.order_by("-created_at", "-id")[:limit].iterator(chunk_size=2000)
+
+
+# --- overview ----------------------------------------------------------------------------------
+# Windows the overview offers: how far back, and the width of a chart bar.
+WINDOWS = {
+    "24h": (timedelta(hours=24), "hour"),
+    "7d": (timedelta(days=7), "hour"),
+    "30d": (timedelta(days=30), "day"),
+    "90d": (timedelta(days=90), "day"),
+}
+DEFAULT_WINDOW = "7d"
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What the overview shows for one time window."""
+
+    window: str
+    since: datetime
+    until: datetime
+    bucket: str
+    buckets: list[datetime]
+    # per bucket: {decision: count}
+    counts: list[dict[str, int]]
+    # per bucket: MiB granted by mutated admissions
+    memory_mib: list[int]
+    totals: dict[str, int]
+    top_namespaces: list[dict]
+    top_presets: list[dict]
+    recent_problems: list[AdmissionAudit] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.totals.values())
+
+
+def audit_overview(*, window: str = DEFAULT_WINDOW, now: datetime | None = None) -> Overview:
+    """Admissions over a recent window: per hour or day and decision, top namespaces and presets, problems."""
+    if window not in WINDOWS:
+        raise FilterError({"window": [f"choose one of {', '.join(WINDOWS)}"]})
+    span, bucket = WINDOWS[window]
+    until = now or timezone.now()
+    trunc = TruncHour if bucket == "hour" else TruncDay
+    step = timedelta(hours=1) if bucket == "hour" else timedelta(days=1)
+    first = _truncate(until - span, bucket) + step
+    since = first
+    recent = AdmissionAudit.objects.filter(created_at__gte=since, created_at__lte=until)
+    # One pass over the window's slice of audit_created_desc (index-only: its INCLUDE columns).
+    by_bucket = (recent.annotate(bucket=trunc("created_at", tzinfo=dt_timezone.utc))
+                 .values("bucket", "decision").annotate(n=Count("id"), mib=Sum("vgpu_memory_mib"))
+                 .order_by())
+    buckets = []
+    moment = first
+    while moment <= until:
+        buckets.append(moment)
+        moment += step
+    index = {b: i for i, b in enumerate(buckets)}
+    counts: list[dict[str, int]] = [{} for _ in buckets]
+    memory = [0] * len(buckets)
+    totals = {d.value: 0 for d in Decision}
+    for row in by_bucket:
+        i = index.get(row["bucket"])
+        if i is None:
+            continue
+        counts[i][row["decision"]] = row["n"]
+        totals[row["decision"]] = totals.get(row["decision"], 0) + row["n"]
+        if row["decision"] == Decision.MUTATED.value:
+            memory[i] += int(row["mib"] or 0)
+    # A second pass over the same slice: namespace x preset x decision is small, tops come from it in Python.
+    by_name = (recent.values("namespace", "preset_name", "decision")
+               .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
+    namespaces: dict[str, dict] = {}
+    presets: dict[str, dict] = {}
+    for row in by_name:
+        mutated = row["decision"] == Decision.MUTATED.value
+        entry = namespaces.setdefault(row["namespace"], {"namespace": row["namespace"], "n": 0, "problems": 0, "mib": 0})
+        entry["n"] += row["n"]
+        entry["problems"] += row["n"] if row["decision"] in PROBLEM_DECISIONS else 0
+        entry["mib"] += int(row["mib"] or 0) if mutated else 0
+        if mutated and row["preset_name"]:
+            preset = presets.setdefault(row["preset_name"], {"preset_name": row["preset_name"], "n": 0, "mib": 0})
+            preset["n"] += row["n"]
+            preset["mib"] += int(row["mib"] or 0)
+    top_namespaces = sorted(namespaces.values(), key=lambda e: (-e["n"], e["namespace"]))[:8]
+    top_presets = sorted(presets.values(), key=lambda e: (-e["n"], e["preset_name"]))[:8]
+    recent_problems = list(
+        recent.filter(decision__in=PROBLEM_DECISIONS).only(*LIST_FIELDS).order_by("-created_at", "-id")[:10]
+    )
+    return Overview(window=window, since=since, until=until, bucket=bucket, buckets=buckets, counts=counts,
+                    memory_mib=memory, totals=totals, top_namespaces=top_namespaces, top_presets=top_presets,
+                    recent_problems=recent_problems)
+
+
+def _truncate(moment: datetime, bucket: str) -> datetime:
+    moment = moment.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0)
+    return moment.replace(hour=0) if bucket == "day" else moment
+
+
+def audit_choices() -> dict[str, list[str]]:
+    """Values for the history's filter menus, from the configuration (small tables), not from 1M audit rows."""
+    from profiles.models import NamespacePolicy, Preset
+
+    return {
+        "presets": list(Preset.objects.order_by("name").values_list("name", flat=True)),
+        "namespaces": [n for n in NamespacePolicy.objects.order_by("namespace").values_list("namespace", flat=True)
+                       if "*" not in n and "?" not in n and "[" not in n],
+    }
+
+
+def gib(mib: int | Decimal | None) -> float:
+    """MiB as GiB, for people."""
+    return round(float(mib or 0) / 1024, 1)

@@ -1,0 +1,292 @@
+"""The audit dashboard on PostgreSQL: who may see it, what the overview, history, detail and export show."""
+
+import csv
+import html
+import io
+import re
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from mutations import audit
+from mutations.models import AdmissionAudit
+from tests.support import pods
+
+pytestmark = pytest.mark.django_db
+
+
+def audit_row(**fields) -> AdmissionAudit:
+    values = {
+        "created_at": timezone.now() - timedelta(minutes=5), "request_uid": str(uuid.uuid4()),
+        "namespace": "team-a", "generate_name": "qwen-7b-5d9f8b7c6d-", "owner_kind": "ReplicaSet",
+        "owner_name": "qwen-7b-5d9f8b7c6d", "username": "alice@example.com", "decision": "mutated",
+        "reason": "converted 1 GPU(s) to vGPUs (namespace policy *)", "preset_name": "default", "policy_name": "*",
+        "gpus_requested": 1, "vgpus_granted": 1, "vgpu_memory_mib": 16384, "duration_ms": 0.4, "replica": "r-1",
+    }
+    values.update(fields)
+    return AdmissionAudit.objects.create(**values)
+
+
+def page_of(response) -> str:
+    """The page as a person reads it (entities decoded)."""
+    return html.unescape(response.content.decode())
+
+
+def flush_audit():
+    """Rows may be group-committed a moment after /mutate answers: wait for them where the writer allows."""
+    flush = getattr(audit, "audit_flush", None)
+    if flush:
+        flush()
+
+
+@pytest.fixture
+def staff_client(client, django_user_model):
+    user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
+    client.force_login(user)
+    return client
+
+
+def uids(response) -> list[str]:
+    """The request uids a history page lists, in order (each row links to its detail page)."""
+    ids = [int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', page_of(response))]
+    seen = list(dict.fromkeys(ids))
+    rows = {r.id: r.request_uid for r in AdmissionAudit.objects.filter(id__in=seen)}
+    return [rows[i] for i in seen]
+
+
+# --- access -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["/dashboard/", "/dashboard/history/", "/dashboard/history.csv",
+                                  "/dashboard/admissions/1/"])
+def test_anonymous_user_is_sent_to_the_login_page(client, path):
+    response = client.get(path)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/?next=/dashboard/")
+
+
+def test_user_who_is_not_staff_is_sent_to_the_login_page(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("viewer", password="pw-for-tests-only"))
+    assert client.get("/dashboard/").status_code == 302
+
+
+def test_dashboard_has_no_way_to_change_a_row(staff_client):
+    row = audit_row()
+    assert staff_client.post(f"/dashboard/admissions/{row.id}/").status_code == 405
+    assert staff_client.post("/dashboard/history/").status_code == 405
+    assert AdmissionAudit.objects.filter(pk=row.pk).exists()
+
+
+# --- overview ---------------------------------------------------------------------------------------
+def test_overview_counts_decisions_and_highlights_denials(staff_client):
+    for _ in range(3):
+        audit_row()
+    audit_row(decision="denied", reason="annotation volcano-injector.io/preset: 'nope' is not a preset",
+              preset_name="", vgpus_granted=0, vgpu_memory_mib=0)
+    audit_row(decision="error", reason="internal error: RuntimeError: boom", preset_name="", vgpu_memory_mib=0)
+    page = page_of(staff_client.get("/dashboard/"))
+    assert re.search(r"GPU Pods converted</div><div class=\"value\">3<", page)
+    assert re.search(r"card alert.*Denied or failed</div><div class=\"value\">2<", page, re.S)
+    assert "48 GiB" in page.replace("48.0 GiB", "48 GiB"), "3 x 16 GiB granted"
+    assert "'nope' is not a preset" in page and "internal error: RuntimeError: boom" in page
+    assert page.count('<svg class="chart"') == 2
+
+
+def test_overview_chart_draws_one_bar_segment_per_hour_and_decision(staff_client):
+    now = timezone.now()
+    audit_row(created_at=now - timedelta(hours=2))
+    audit_row(created_at=now - timedelta(hours=2), decision="denied")
+    audit_row(created_at=now - timedelta(hours=30))  # outside the last 24h
+    page = page_of(staff_client.get("/dashboard/?window=24h"))
+    assert len(re.findall(r'<rect class="bar mutated"', page)) == 1
+    assert len(re.findall(r'<rect class="bar denied"', page)) == 1
+    assert ": 1 denied</title>" in page
+
+
+def test_overview_top_namespaces_and_presets(staff_client):
+    for _ in range(3):
+        audit_row(namespace="ray", preset_name="llm-14b", vgpu_memory_mib=4 * 37888)
+    audit_row(namespace="team-a")
+    page = page_of(staff_client.get("/dashboard/"))
+    namespaces = re.findall(r'history/\?namespace=([\w-]+)">', page)
+    assert namespaces[:2] == ["ray", "team-a"]
+    presets = re.findall(r'history/\?preset=([\w.-]+)">', page)
+    assert presets[:2] == ["llm-14b", "default"]
+
+
+def test_overview_ignores_an_unknown_window(staff_client):
+    assert staff_client.get("/dashboard/?window=forever").status_code == 200
+
+
+def test_overview_query_count_does_not_grow_with_rows(staff_client, django_assert_num_queries):
+    for i in range(30):
+        audit_row(namespace=f"team-{i % 7}", decision=["mutated", "denied", "error"][i % 3])
+    # session + user, then: per-bucket aggregate, per-name aggregate, latest problems.
+    with django_assert_num_queries(5):
+        assert staff_client.get("/dashboard/").status_code == 200
+
+
+# --- history ----------------------------------------------------------------------------------------
+def test_history_lists_newest_first(staff_client):
+    now = timezone.now()
+    old = audit_row(created_at=now - timedelta(hours=3))
+    new = audit_row(created_at=now - timedelta(hours=1))
+    assert uids(staff_client.get("/dashboard/history/")) == [new.request_uid, old.request_uid]
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("namespace=ray", {"ray-worker"}),
+        ("decision=denied", {"denied-one"}),
+        ("preset=llm-70b", {"big"}),
+        ("user=bob%40example.com", {"bobs"}),
+        ("q=WORKER", {"ray-worker"}),
+        ("q=qwen", {"deploy"}),
+        ("namespace=team-a&decision=mutated", {"deploy", "big", "bobs"}),
+    ],
+)
+def test_history_filters(staff_client, query, expected):
+    audit_row(request_uid="ray-worker", namespace="ray", pod_name="raycluster-gpu-worker-x7k2p", generate_name="")
+    audit_row(request_uid="denied-one", decision="denied", generate_name="exp-7c9d8-")
+    audit_row(request_uid="big", preset_name="llm-70b", generate_name="llama-70b-1-")
+    audit_row(request_uid="bobs", username="bob@example.com", generate_name="embedder-2-")
+    audit_row(request_uid="deploy")
+    assert set(uids(staff_client.get(f"/dashboard/history/?{query}"))) == expected
+
+
+def test_history_time_range_is_from_inclusive_until_exclusive(staff_client):
+    now = timezone.now().replace(microsecond=0)
+    audit_row(request_uid="before", created_at=now - timedelta(hours=5))
+    audit_row(request_uid="inside", created_at=now - timedelta(hours=3))
+    audit_row(request_uid="after", created_at=now - timedelta(hours=1))
+    since = (now - timedelta(hours=4)).strftime("%Y-%m-%dT%H:%M")
+    until = (now - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
+    assert uids(staff_client.get(f"/dashboard/history/?since={since}&until={until}")) == ["inside"]
+
+
+def test_history_with_a_bad_filter_says_which_one(staff_client):
+    response = staff_client.get("/dashboard/history/?since=yesterday-ish&decision=maybe")
+    assert response.status_code == 400
+    page = page_of(response)
+    assert "since:" in page and "decision:" in page
+
+
+def test_history_sorts_by_memory(staff_client):
+    audit_row(request_uid="small", vgpu_memory_mib=8192)
+    audit_row(request_uid="large", vgpu_memory_mib=188416)
+    audit_row(request_uid="none", vgpu_memory_mib=0, decision="unchanged")
+    assert uids(staff_client.get("/dashboard/history/?sort=-vgpu_memory_mib")) == ["large", "small", "none"]
+    assert uids(staff_client.get("/dashboard/history/?sort=vgpu_memory_mib")) == ["none", "small", "large"]
+
+
+def test_history_pages_walk_every_row_once_in_both_directions(staff_client, monkeypatch):
+    monkeypatch.setattr("mutations.selectors.PAGE_SIZE", 4)
+    same_time = timezone.now() - timedelta(hours=1)
+    for i in range(10):  # equal timestamps: the id breaks the tie, nothing is skipped or repeated
+        audit_row(request_uid=f"r{i:02d}", created_at=same_time if i % 2 else same_time - timedelta(minutes=i))
+    expected = list(AdmissionAudit.objects.order_by("-created_at", "-id").values_list("request_uid", flat=True))
+    seen, pages, url = [], [], "/dashboard/history/"
+    while url:
+        page = page_of(staff_client.get(url))
+        pages.append(uids_from(page))
+        seen += pages[-1]
+        match = re.search(r'rel="next" href="([^"]+)"', page)
+        url = "/dashboard/history/" + match.group(1).replace("&amp;", "&") if match else None
+    assert seen == expected and [len(p) for p in pages] == [4, 4, 2]
+    previous = re.search(r'rel="prev" href="([^"]+)"', page).group(1).replace("&amp;", "&")
+    assert uids_from(page_of(staff_client.get("/dashboard/history/" + previous))) == pages[1]
+
+
+def uids_from(page: str) -> list[str]:
+    ids = list(dict.fromkeys(int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', page)))
+    rows = dict(AdmissionAudit.objects.filter(id__in=ids).values_list("id", "request_uid"))
+    return [rows[i] for i in ids]
+
+
+def test_history_with_a_forged_cursor_is_a_400(staff_client):
+    assert staff_client.get("/dashboard/history/?after=not-a-cursor").status_code == 400
+
+
+def test_history_page_takes_a_fixed_number_of_queries_and_no_count(staff_client, django_assert_num_queries):
+    for i in range(60):
+        audit_row(namespace=f"team-{i % 3}")
+    # session + user, the page (51 rows, no COUNT), the filter menus' presets and namespaces.
+    with django_assert_num_queries(5) as captured:
+        assert staff_client.get("/dashboard/history/?namespace=team-1").status_code == 200
+    assert not any("COUNT(" in q["sql"].upper() for q in captured.captured_queries)
+    page_sql = next(q["sql"] for q in captured.captured_queries if "mutations_admissionaudit" in q["sql"])
+    assert '"patch"' not in page_sql, "the list does not read the wide JSON columns"
+
+
+# --- detail -----------------------------------------------------------------------------------------
+def test_detail_shows_the_gpu_request_before_and_after_from_a_real_admission(staff_client, post_review):
+    post_review(pods.review(pods.ray_worker_pod()))
+    flush_audit()
+    row = AdmissionAudit.objects.get()
+    assert row.resources_before == [{"container": "ray-worker", "init": False, "resources": {
+        "limits": {"cpu": "16", "memory": "128Gi", "nvidia.com/gpu": "4"},
+        "requests": {"cpu": "16", "memory": "128Gi", "nvidia.com/gpu": "4"}}}]
+    page = page_of(staff_client.get(f"/dashboard/admissions/{row.id}/"))
+    gpu_line = re.search(r"<code>nvidia.com/gpu</code></th>(.*?)</tr>", page, re.S).group(1)
+    assert re.findall(r'<td class="(before|after)">([^<]*)</td>', gpu_line) == [
+        ("before", "4"), ("before", "4"), ("after", "—"), ("after", "—")]
+    memory_line = re.search(r"<code>volcano.sh/vgpu-memory</code></th>(.*?)</tr>", page, re.S).group(1)
+    assert re.findall(r'<td class="(?:before|after)">([^<]*)</td>', memory_line) == ["—", "—", "37888", "37888"]
+    assert "annotation volcano-injector.io/preset" in page  # why: what decided the memory
+    assert "llm-14b" in page and "raycluster/" not in page and "RayCluster/raycluster" in page
+    assert "/spec/containers/0/resources/limits/volcano.sh~1vgpu-number" in page  # the JSON patch
+
+
+def test_detail_of_a_denial_shows_the_reason_and_the_field(staff_client):
+    row = audit_row(decision="denied", reason="annotation volcano-injector.io/vgpu-memory: 'lots' is not a quantity",
+                    field="metadata.annotations[volcano-injector.io/vgpu-memory]", preset_name="")
+    page = page_of(staff_client.get(f"/dashboard/admissions/{row.id}/"))
+    assert "'lots' is not a quantity" in page
+    assert "metadata.annotations[volcano-injector.io/vgpu-memory]" in page
+    assert "panel why problem" in page
+
+
+def test_detail_of_a_missing_row_is_a_404(staff_client):
+    assert staff_client.get("/dashboard/admissions/999999/").status_code == 404
+
+
+def test_detail_takes_one_query_for_the_row(staff_client, django_assert_num_queries):
+    row = audit_row()
+    with django_assert_num_queries(3):  # session, user, the row
+        staff_client.get(f"/dashboard/admissions/{row.id}/")
+
+
+# --- export -----------------------------------------------------------------------------------------
+def test_csv_export_has_the_filtered_rows(staff_client):
+    audit_row(request_uid="a1", namespace="ray", pod_name="w-1", generate_name="")
+    audit_row(request_uid="a2", namespace="ray", decision="denied", reason="too, many \"GPUs\"")
+    audit_row(request_uid="b1", namespace="team-b")
+    response = staff_client.get("/dashboard/history.csv?namespace=ray")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [r["request_uid"] for r in rows] == ["a2", "a1"] or {r["request_uid"] for r in rows} == {"a1", "a2"}
+    denied = next(r for r in rows if r["request_uid"] == "a2")
+    assert denied["reason"] == 'too, many "GPUs"' and denied["decision"] == "denied"
+
+
+def test_csv_export_link_carries_the_history_filters(staff_client):
+    page = page_of(staff_client.get("/dashboard/history/?namespace=ray&decision=denied&sort=-duration_ms"))
+    link = re.search(r'href="(/dashboard/history.csv[^"]*)"', page).group(1).replace("&amp;", "&")
+    assert "namespace=ray" in link and "decision=denied" in link
+
+
+def test_csv_export_with_a_bad_filter_is_a_400(staff_client):
+    assert staff_client.get("/dashboard/history.csv?since=soon").status_code == 400
+
+
+# --- the writer's backlog ---------------------------------------------------------------------------
+def test_banner_tells_about_rows_not_yet_written(staff_client, monkeypatch):
+    monkeypatch.setattr(audit, "audit_backlog_rows", lambda: 7, raising=False)
+    assert "7 recent admissions answered but not yet written" in page_of(staff_client.get("/dashboard/"))
+
+
+def test_no_banner_when_nothing_waits(staff_client, monkeypatch):
+    monkeypatch.setattr(audit, "audit_backlog_rows", lambda: 0, raising=False)
+    assert "not yet written" not in page_of(staff_client.get("/dashboard/history/"))
