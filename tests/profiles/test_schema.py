@@ -1,0 +1,38 @@
+"""The OpenAPI schema and the interactive docs, served without a CDN."""
+
+import re
+
+import pytest
+from django.contrib.staticfiles import finders
+
+pytestmark = pytest.mark.django_db
+
+
+def test_schema_lists_the_configuration_and_preview_endpoints(client):
+    response = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    paths = response.json()["paths"]
+    for path in ("/api/v1/presets/", "/api/v1/presets/{id}/", "/api/v1/gpu-models/", "/api/v1/namespace-policies/",
+                 "/api/v1/preview/"):
+        assert path in paths, path
+
+
+def test_schema_documents_the_preview_request_and_response(client):
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    preview = schema["paths"]["/api/v1/preview/"]["post"]
+    assert "application/yaml" in preview["requestBody"]["content"]
+    assert "patch_sent" in schema["components"]["schemas"]["PodPreviewResponse"]["properties"]
+
+
+def test_docs_page_loads_its_scripts_and_styles_from_local_static_files(client):
+    html = client.get("/api/docs/").content.decode()
+    assets = re.findall(r'(?:src|href)="([^"]+\.(?:js|css))"', html)
+    assert assets, "Swagger UI's assets are referenced"
+    assert all(url.startswith("/static/") for url in assets), assets
+    assert "cdn." not in html and "unpkg" not in html
+
+
+def test_docs_assets_exist_among_the_static_files(client):
+    html = client.get("/api/docs/").content.decode()
+    for url in re.findall(r'(?:src|href)="/static/([^"]+\.(?:js|css))"', html):
+        assert finders.find(url), url
