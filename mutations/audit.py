@@ -328,7 +328,7 @@ INSERT_SQL = (
 
 
 def _batch_payload(lines: list[bytes]) -> str:
-    return "[" + ",".join(line.decode("utf-8") for line in lines) + "]"
+    return (b"[" + b",".join(lines) + b"]").decode("utf-8")
 
 
 def _is_data_error(exc: BaseException) -> bool:
