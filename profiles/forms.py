@@ -40,8 +40,9 @@ class PresetForm(forms.ModelForm):
 
     def _get_validation_exclusions(self):
         # Making this preset the default moves the default (profiles.services.preset_save): the single-default
-        # constraint is checked by the database on save, not against the current default here.
-        return super()._get_validation_exclusions() | {"is_default"}
+        # constraint is checked by the database on save, not against the current default here. The range
+        # constraint is checked by preset_validate, whose message names the bounds and the field.
+        return super()._get_validation_exclusions() | {"is_default", "min_model_size_b", "max_model_size_b"}
 
     def _post_clean(self):
         super()._post_clean()

@@ -139,6 +139,13 @@ def test_overlapping_range_is_refused_naming_the_other_preset(staff_client):
     assert not Preset.objects.filter(name="custom").exists()
 
 
+def test_reversed_range_is_refused_once_on_the_field(staff_client):
+    response = staff_client.post("/admin/profiles/preset/add/", preset_form(min_model_size_b="9",
+                                                                           max_model_size_b="3"))
+    errors = form_errors(response)
+    assert list(errors) == ["max_model_size_b"] and "got 9B to 3B" in errors["max_model_size_b"][0]
+
+
 def test_default_preset_that_is_disabled_is_refused(staff_client):
     response = staff_client.post("/admin/profiles/preset/add/", preset_form(is_default="on", enabled=None))
     assert "must be enabled" in form_errors(response)["enabled"][0]
