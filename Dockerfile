@@ -58,5 +58,5 @@ EXPOSE 8443 8444
 # HTTPS on; workers, threads and timeouts come from WEB_CONCURRENCY,
 # GUNICORN_THREADS, GUNICORN_TIMEOUT (see injector_site/gunicorn_conf.py).
 # Migrations are not run here: the Deployment's init container runs
-# `python manage.py migrate --noinput` (override the entrypoint with `command`).
+# `python manage.py apply_migrations` (override the entrypoint with `command`).
 ENTRYPOINT ["gunicorn", "-c", "injector_site/gunicorn_conf.py", "injector_site.wsgi:application"]

@@ -264,7 +264,7 @@ def image_server(image_dir, static_root, database_url):
     # the init container's command, then the server
     # (python by its full path: as another uid, a PATH lookup of the venv's python
     # resolves outside the venv on this machine)
-    migrate = subprocess.run(run_as_image_user() + [str(VENV_BIN / "python"), "manage.py", "migrate", "--noinput"],
+    migrate = subprocess.run(run_as_image_user() + [str(VENV_BIN / "python"), "manage.py", "apply_migrations"],
                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
 
@@ -327,9 +327,10 @@ def test_image_serves_the_admin_on_the_ui_port_only(image_server):
     assert request(image_server, "GET", "/admin/login/")[0] == 404
 
 
-def test_image_serves_collected_static_files(image_server):
-    status, _, _ = request(image_server, "GET", "/static/admin/css/base.css")
+def test_image_serves_collected_static_files_on_the_ui_port(image_server):
+    status, headers, _ = request(image_server, "GET", "/static/admin/css/base.css", port=image_server.ui_port)
     assert status == 200
+    assert request(image_server, "GET", "/static/admin/css/base.css")[0] == 404
 
 
 def test_image_server_wrote_only_where_the_pod_has_volumes(image_server):

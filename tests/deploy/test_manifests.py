@@ -370,7 +370,7 @@ def test_migrations_run_in_an_init_container_of_the_same_image(build):
     _, objects = build
     pod_spec = deployment(objects)["spec"]["template"]["spec"]
     (migrate,) = pod_spec["initContainers"]
-    assert migrate["command"] == ["python", "manage.py", "migrate", "--noinput"]
+    assert migrate["command"] == ["python", "manage.py", "apply_migrations"]
     assert migrate["image"] == injector_container(objects)["image"]
     # the app writes Prometheus files as soon as it loads: the directory the image
     # names must exist in the init container too

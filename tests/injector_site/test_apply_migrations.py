@@ -1,0 +1,17 @@
+"""apply_migrations migrates like migrate, holding a lock other replicas wait on."""
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from injector_site.management.commands.apply_migrations import MIGRATION_LOCK_KEY
+
+
+@pytest.mark.django_db
+def test_apply_migrations_reports_an_up_to_date_schema_and_releases_its_lock(capsys):
+    call_command("apply_migrations", verbosity=1)
+    assert "No migrations to apply" in capsys.readouterr().out
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s",
+                       [MIGRATION_LOCK_KEY & 0xFFFFFFFF])
+        assert cursor.fetchone()[0] == 0
