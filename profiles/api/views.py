@@ -95,9 +95,11 @@ class ConfigurationViewSet(viewsets.ModelViewSet):
         for name, value in data.items():
             setattr(instance, name, value)
         try:
-            serializer.instance = self.save(instance, **many)
+            saved = self.save(instance, **many)
         except IntegrityError as exc:
             raise _constraint_error(self.queryset.model, exc) from exc
+        # Answer with the row as a GET would show it (with its used-by counts).
+        serializer.instance = self.get_queryset().get(pk=saved.pk)
 
     def perform_destroy(self, instance):
         try:

@@ -77,6 +77,11 @@ def test_operator_creates_a_preset(operator_api):
     assert (preset.vgpu_memory_mib, preset.vgpu_cores_percent, preset.gpu_model.name) == (8192, 30, "A10")
 
 
+def test_create_answers_with_the_row_as_a_get_shows_it(operator_api):
+    created = operator_api.post(PRESETS, new_preset(gpu_model="A10"), format="json").json()
+    assert created == operator_api.get(preset_url("custom")).json()
+
+
 def test_token_authentication_lets_a_script_write(operator):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=operator).key}")
