@@ -3,7 +3,7 @@
 from rest_framework.permissions import DjangoModelPermissions
 
 
-class ModelPermissionsOrReadOnly(DjangoModelPermissions):
+class ConfigurationPermissions(DjangoModelPermissions):
     """DjangoModelPermissions: anonymous users get nothing; GET/HEAD/OPTIONS need only a login;
     POST, PUT/PATCH and DELETE need profiles.add_/change_/delete_<model>."""
 

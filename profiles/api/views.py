@@ -31,7 +31,7 @@ from ..services import (
 )
 from . import filters
 from .parsers import PodTextYAMLParser, PodYAMLParser
-from .permissions import ModelPermissionsOrReadOnly
+from .permissions import ConfigurationPermissions
 from .serializers import (
     GpuModelSerializer,
     NamespacePolicySerializer,
@@ -74,7 +74,7 @@ class ConfigurationPagination(PageNumberPagination):
 class ConfigurationViewSet(viewsets.ModelViewSet):
     """Shared write handling: services save and delete; constraint races and in-use rows answer 400."""
 
-    permission_classes = [ModelPermissionsOrReadOnly]
+    permission_classes = [ConfigurationPermissions]
     pagination_class = ConfigurationPagination
 
     def save(self, instance):
