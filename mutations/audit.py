@@ -302,7 +302,7 @@ def _read_lines(segment: Segment) -> list[bytes]:
     return lines
 
 
-def _quarantine(directory: Path, lines: list[bytes]) -> None:
+def _quarantine(directory: Path, lines: list[bytes], error: str = "") -> None:
     """Keep lines the database refuses as data (never expected) apart, so they cannot block the rest."""
     AUDIT_ROWS_REJECTED.inc(len(lines))
     target = directory / "rejected"
@@ -310,21 +310,45 @@ def _quarantine(directory: Path, lines: list[bytes]) -> None:
     with open(target / f"rejected-{os.getpid()}.jsonl", "ab") as handle:
         handle.write(b"\n".join(lines) + b"\n")
     logger.error("audit rows refused by the database were set aside", extra={
-        "rows": len(lines), "directory": str(target)})
+        "rows": len(lines), "directory": str(target), "error": error[:500]})
 
 
 # --- inserting --------------------------------------------------------------------------------
 
 _COLUMNS = [f.column for f in AdmissionAudit._meta.concrete_fields if not f.primary_key]
 _TABLE = AdmissionAudit._meta.db_table
-# PostgreSQL parses the batch (one JSON array parameter) into rows of the table's own type: no
-# per-row work in Python, one round trip and one commit per batch.
-INSERT_SQL = (
-    f'INSERT INTO "{_TABLE}" ({", ".join(_COLUMNS)}) '
-    f'SELECT {", ".join("r." + c for c in _COLUMNS)} '
-    f'FROM jsonb_populate_recordset(NULL::"{_TABLE}", %s::jsonb) AS r '
-    "ON CONFLICT (request_uid) DO NOTHING"
-)
+_insert_statement: tuple[str, list] | None = None
+
+
+def _insert_sql() -> tuple[str, list]:
+    """The batch INSERT and its parameters (column defaults), built once per process.
+
+    PostgreSQL parses the batch (one JSON array parameter) into rows of the table's own type: no
+    per-row work in Python, one round trip and one commit per batch. A key missing from a line
+    (a row spooled before a column was added) takes the field's default.
+    """
+    global _insert_statement
+    if _insert_statement is None:
+        from django.db import connection as default_connection
+        from django.db.models import JSONField
+
+        selects, params = [], []
+        for f in AdmissionAudit._meta.concrete_fields:
+            if f.primary_key:
+                continue
+            default = f.get_default()
+            if default is None:
+                selects.append(f"r.{f.column}")
+                continue
+            selects.append(f"COALESCE(r.{f.column}, %s::{f.db_type(default_connection)})")
+            params.append(json.dumps(default) if isinstance(f, JSONField) else str(default))
+        _insert_statement = (
+            f'INSERT INTO "{_TABLE}" ({", ".join(_COLUMNS)}) SELECT {", ".join(selects)} '
+            f'FROM jsonb_populate_recordset(NULL::"{_TABLE}", %s::jsonb) AS r '
+            "ON CONFLICT (request_uid) DO NOTHING",
+            params,
+        )
+    return _insert_statement
 
 
 def _batch_payload(lines: list[bytes]) -> str:
@@ -365,7 +389,8 @@ def _insert_lines_django(lines: list[bytes]) -> tuple[int, list[bytes]]:
 
     def one_batch(batch: list[bytes]) -> int:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(INSERT_SQL, [_batch_payload(batch)])
+            sql, defaults = _insert_sql()
+            cursor.execute(sql, [*defaults, _batch_payload(batch)])
             count = max(cursor.rowcount, 0)
         AUDIT_ROWS_WRITTEN.inc(count)
         return count
@@ -410,7 +435,8 @@ class PsycopgInserter:
         conn = self._connection if self._connection is not None and not self._connection.closed else self._connect()
         try:
             with conn.transaction():
-                cursor = conn.execute(INSERT_SQL, [_batch_payload(batch)])
+                sql, defaults = _insert_sql()
+                cursor = conn.execute(sql, [*defaults, _batch_payload(batch)])
                 count = max(cursor.rowcount, 0)
         except Exception as exc:
             if not _is_data_error(exc):
@@ -449,11 +475,11 @@ class AuditWriter:
     def _run(self) -> None:
         inserter = self._insert()
         interval = settings.INJECTOR_AUDIT_FLUSH_SECONDS
-        delay = interval
-        last_scan = 0.0
+        delay = 0.0  # the first cycle at once: adopt what ended processes left before traffic arrives
+        last_scan = None
         while not self.stop_event.wait(delay):
             now = time.monotonic()
-            adopt = now - last_scan >= settings.INJECTOR_AUDIT_ADOPT_SECONDS
+            adopt = last_scan is None or now - last_scan >= settings.INJECTOR_AUDIT_ADOPT_SECONDS
             if adopt:
                 last_scan = now
             try:
@@ -461,7 +487,7 @@ class AuditWriter:
                     self.spool.drain(inserter or _orm_inserter, adopt=adopt)
             except Exception as exc:  # noqa: BLE001 - any failure: keep the rows, retry later
                 AUDIT_WRITE_FAILURES.inc()
-                delay = min(max(delay * 2, interval), settings.INJECTOR_AUDIT_RETRY_MAX_SECONDS)
+                delay = min(max(delay * 2, interval, 0.05), settings.INJECTOR_AUDIT_RETRY_MAX_SECONDS)
                 self._warn(exc)
             else:
                 if self.failing_since is not None:
@@ -515,16 +541,15 @@ def _spool_reset(directory: str) -> Spool:
 def audit_writer_start() -> None:
     """Start this process's background writer (idempotent; after a fork, the child starts its own)."""
     global _writer
+    spool = _spool()
     writer = _writer
-    if writer is not None and writer.spool is _spool_state and writer.thread.is_alive() and \
-            writer.spool.pid == os.getpid():
+    if writer is not None and writer.spool is spool and writer.thread.is_alive():
         return
-    with _state_lock:
-        spool = _spool_state
-    spool = _spool() if spool is None or spool.pid != os.getpid() else spool
     with _state_lock:
         if _writer is not None and _writer.spool is spool and _writer.thread.is_alive():
             return
+        if _writer is not None:
+            _writer.stop_event.set()  # it served another spool directory (tests) or another process
         _writer = AuditWriter(spool)
         _writer.thread.start()
 

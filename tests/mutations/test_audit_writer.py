@@ -1,0 +1,293 @@
+"""mutations/audit.py: rows are spooled before the answer, written in batches, never lost, never doubled."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from prometheus_client import REGISTRY
+
+from mutations import audit
+from mutations.audit import audit_backlog_rows, audit_flush, audit_record_submit, audit_writer_start, audit_writer_stop
+from mutations.models import AdmissionAudit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def record(uid: str | None = None, **overrides) -> dict:
+    """An audit row as services._audit_record builds it."""
+    row = {
+        "created_at": datetime.now(timezone.utc),
+        "request_uid": uid or str(uuid.uuid4()),
+        "operation": "CREATE",
+        "namespace": "team-a",
+        "pod_name": "",
+        "generate_name": "qwen-7b-5d9f8b7c6d-",
+        "owner_kind": "ReplicaSet",
+        "owner_name": "qwen-7b-5d9f8b7c6d",
+        "username": "alice@example.com",
+        "decision": "mutated",
+        "reason": "1 container converted",
+        "field": "",
+        "preset_name": "default",
+        "policy_name": "*",
+        "source": "global default preset",
+        "gpus_requested": 1,
+        "vgpus_granted": 1,
+        "vgpu_memory_mib": 16384,
+        "containers": [{"container": "vllm", "vgpu_number": 1, "vgpu_memory_mib": 16384}],
+        "patch": [{"op": "add", "path": "/spec/schedulerName", "value": "volcano"}],
+        "warnings": ["spec.schedulerName set to volcano"],
+        "dry_run": False,
+        "duration_ms": 0.4,
+        "replica": "volcano-injector-0",
+    }
+    row.update(overrides)
+    return row
+
+
+def segments(spool: Path) -> list[Path]:
+    return sorted(spool.glob("*.jsonl")) if spool.exists() else []
+
+
+def spooling_process(spool: Path, uids: list[str], *, then: str) -> subprocess.Popen:
+    """Another process (a gunicorn worker stand-in) that spools rows for uids, then dies or waits."""
+    code = textwrap.dedent(f"""
+        import os, signal, sys, django
+        django.setup()
+        from mutations.audit import audit_record_submit
+        from tests.mutations.test_audit_writer import record
+        for uid in {uids!r}:
+            audit_record_submit(record=record(uid))
+        print("spooled", flush=True)
+        if {then!r} == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        sys.stdin.read()
+    """)
+    env = {**os.environ, "INJECTOR_AUDIT_SPOOL_DIR": str(spool), "INJECTOR_AUDIT_WRITER_AUTOSTART": "false",
+           "DJANGO_SETTINGS_MODULE": "injector_site.settings", "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdout.readline().strip() == "spooled"
+    return process
+
+
+@pytest.mark.django_db
+def test_submit_spools_the_row_without_writing_the_database(audit_spool_dir):
+    audit_record_submit(record=record("uid-1"))
+    assert AdmissionAudit.objects.count() == 0
+    [segment] = segments(audit_spool_dir)
+    assert b'"request_uid":"uid-1"' in segment.read_bytes()
+    assert audit_backlog_rows() == 1
+
+
+@pytest.mark.django_db
+def test_flush_writes_every_spooled_row_and_empties_the_spool(audit_spool_dir):
+    uids = [f"uid-{i}" for i in range(25)]
+    for uid in uids:
+        audit_record_submit(record=record(uid))
+    assert audit_flush(timeout_seconds=10) == 25
+    assert sorted(AdmissionAudit.objects.values_list("request_uid", flat=True)) == sorted(uids)
+    assert segments(audit_spool_dir) == [] and audit_backlog_rows() == 0
+
+
+@pytest.mark.django_db
+def test_flushed_row_keeps_every_field():
+    audit_record_submit(record=record("uid-fields", gpus_requested="0.5", vgpu_memory_mib=8192))
+    audit_flush(timeout_seconds=10)
+    row = AdmissionAudit.objects.get()
+    assert str(row.gpus_requested) == "0.500" and row.vgpu_memory_mib == 8192
+    assert row.patch == [{"op": "add", "path": "/spec/schedulerName", "value": "volcano"}]
+    assert row.containers[0]["container"] == "vllm" and row.warnings == ["spec.schedulerName set to volcano"]
+    assert row.generate_name == "qwen-7b-5d9f8b7c6d-" and row.created_at.tzinfo is not None
+
+
+@pytest.mark.django_db
+def test_replayed_uid_in_one_batch_and_across_batches_keeps_one_row():
+    audit_record_submit(record=record("uid-replayed"))
+    audit_record_submit(record=record("uid-replayed"))
+    assert audit_flush(timeout_seconds=10) == 1
+    audit_record_submit(record=record("uid-replayed"))
+    assert audit_flush(timeout_seconds=10) == 0
+    assert AdmissionAudit.objects.filter(request_uid="uid-replayed").count() == 1
+
+
+@pytest.mark.django_db
+def test_batch_that_was_written_but_not_removed_is_not_written_twice(audit_spool_dir, monkeypatch):
+    audit_record_submit(record=record("uid-a"))
+    audit_record_submit(record=record("uid-b"))
+    # The process dies between the commit and the removal of the segment.
+    monkeypatch.setattr(audit.os, "unlink", _raise_os_error)
+    with pytest.raises(OSError):
+        audit_flush(timeout_seconds=10)
+    monkeypatch.undo()
+    assert audit_flush(timeout_seconds=10) == 0
+    assert AdmissionAudit.objects.count() == 2 and segments(audit_spool_dir) == []
+
+
+def _raise_os_error(path):
+    raise OSError("killed")
+
+
+@pytest.mark.django_db
+def test_segment_of_a_killed_process_is_adopted_and_written(audit_spool_dir):
+    process = spooling_process(audit_spool_dir, ["killed-1", "killed-2", "killed-3"], then="sigkill")
+    assert process.wait(timeout=30) == -signal.SIGKILL
+    assert audit_backlog_rows() == 3
+    assert audit_flush(timeout_seconds=10) == 3
+    assert set(AdmissionAudit.objects.values_list("request_uid", flat=True)) == {"killed-1", "killed-2", "killed-3"}
+    assert segments(audit_spool_dir) == []
+
+
+@pytest.mark.django_db
+def test_segment_of_a_living_process_is_left_to_it_but_counted_in_the_backlog(audit_spool_dir):
+    process = spooling_process(audit_spool_dir, ["alive-1", "alive-2"], then="wait")
+    try:
+        audit_record_submit(record=record("mine"))
+        assert audit_backlog_rows() == 3, "the dashboard banner counts every process of the replica"
+        assert audit_flush(timeout_seconds=10) == 1
+        assert list(AdmissionAudit.objects.values_list("request_uid", flat=True)) == ["mine"]
+        assert len(segments(audit_spool_dir)) == 1
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert audit_flush(timeout_seconds=10) == 2
+
+
+@pytest.mark.django_db
+def test_row_the_database_refuses_is_set_aside_and_the_others_are_written(audit_spool_dir):
+    audit_record_submit(record=record("good-1"))
+    audit_record_submit(record=record("bad", duration_ms="not a number"))
+    audit_record_submit(record=record("good-2"))
+    assert audit_flush(timeout_seconds=10) == 2
+    assert sorted(AdmissionAudit.objects.values_list("request_uid", flat=True)) == ["good-1", "good-2"]
+    rejected = (audit_spool_dir / "rejected").glob("*.jsonl")
+    assert b'"request_uid":"bad"' in b"".join(p.read_bytes() for p in rejected)
+    assert segments(audit_spool_dir) == []
+
+
+@pytest.mark.django_db
+def test_nul_characters_and_lone_surrogates_do_not_block_the_row():
+    audit_record_submit(record=record("odd", username="eve\x00@example.com", reason="bad \ud800 text"))
+    assert audit_flush(timeout_seconds=10) == 1
+    row = AdmissionAudit.objects.get()
+    assert row.username == "eve@example.com" and row.reason == "bad ? text"
+
+
+@pytest.mark.django_db
+def test_strings_longer_than_their_column_are_cut_not_refused():
+    audit_record_submit(record=record("long", owner_kind="K" * 500, namespace="n" * 400))
+    audit_flush(timeout_seconds=10)
+    row = AdmissionAudit.objects.get()
+    assert len(row.owner_kind) == 63 and len(row.namespace) == 253
+
+
+@pytest.mark.django_db
+def test_unwritable_spool_falls_back_to_writing_the_row_directly(settings, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    settings.INJECTOR_AUDIT_SPOOL_DIR = str(blocker / "spool")
+    audit_record_submit(record=record("direct"))
+    assert AdmissionAudit.objects.filter(request_uid="direct").exists()
+
+
+# --- the background writer (its own connection: rows are committed, so transactional_db) -------
+
+
+@pytest.fixture
+def fast_writer(settings):
+    settings.INJECTOR_AUDIT_FLUSH_SECONDS = 0.05
+    settings.INJECTOR_AUDIT_ADOPT_SECONDS = 0.05
+    settings.INJECTOR_AUDIT_RETRY_MAX_SECONDS = 0.2
+    settings.INJECTOR_AUDIT_WARN_SECONDS = 60
+    yield
+    audit_writer_stop(timeout_seconds=5)
+
+
+def wait_for(predicate, timeout_seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_background_writer_writes_spooled_rows_without_a_flush(fast_writer):
+    audit_writer_start()
+    for i in range(10):
+        audit_record_submit(record=record(f"bg-{i}"))
+    wait_for(lambda: AdmissionAudit.objects.count() == 10)
+    assert audit_backlog_rows() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_writer_keeps_rows_while_postgresql_is_unreachable_and_writes_them_after(fast_writer, settings, monkeypatch):
+    reachable = dict(settings.DATABASES["default"])
+    unreachable = {**reachable, "PORT": "1", "OPTIONS": {"connect_timeout": 1}}
+    monkeypatch.setitem(settings.DATABASES, "default", unreachable)
+    lines = _capture("volcano_injector.audit")
+    audit_writer_start()
+    for i in range(5):
+        audit_record_submit(record=record(f"outage-{i}"))
+    wait_for(lambda: any("audit backlog growing" in r.getMessage() for r in lines))
+    warning = next(r for r in lines if "audit backlog growing" in r.getMessage())
+    assert warning.levelno == logging.WARNING and warning.backlog_rows == 5
+    wait_for(lambda: REGISTRY.get_sample_value("volcano_injector_audit_backlog_rows") == 5)
+    assert audit_backlog_rows() == 5
+    monkeypatch.setitem(settings.DATABASES, "default", reachable)
+    wait_for(lambda: AdmissionAudit.objects.count() == 5)
+    wait_for(lambda: REGISTRY.get_sample_value("volcano_injector_audit_backlog_rows") == 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stopping_the_writer_writes_what_is_pending(fast_writer, settings):
+    settings.INJECTOR_AUDIT_FLUSH_SECONDS = 3600  # only the exit writes
+    audit_writer_start()
+    time.sleep(0.1)
+    for i in range(7):
+        audit_record_submit(record=record(f"exit-{i}"))
+    assert audit_writer_stop(timeout_seconds=10) == 7
+    assert AdmissionAudit.objects.count() == 7
+
+
+def _capture(name: str) -> list[logging.LogRecord]:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep(level=logging.DEBUG)
+    logger = logging.getLogger(name)
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)
+    _handlers.append((logger, handler, old_level))
+    return records
+
+
+_handlers: list = []
+
+
+@pytest.fixture(autouse=True)
+def _remove_capture_handlers():
+    yield
+    while _handlers:
+        logger, handler, level = _handlers.pop()
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def test_writer_uses_its_own_connection_not_djangos():
+    inserter = audit.PsycopgInserter()
+    assert inserter._connection is None and connection.connection is None or inserter._connection is not connection
