@@ -19,7 +19,7 @@ DECISION_COLOURS = {
 }
 DECISION_ORDER = ["mutated", "audit-only", "unchanged", "skipped", "denied", "error"]
 WIDTH, HEIGHT = 960, 280
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 48
+LEFT, RIGHT, TOP, BOTTOM = 64, 16, 22, 40
 
 
 def nice_ticks(maximum: float, count: int = 5) -> list[float]:
@@ -62,7 +62,7 @@ def _axes(ticks: list[float], plot_w: float, plot_h: float, unit: str) -> list[s
         y = TOP + plot_h - tick / top * plot_h
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}"/>')
         parts.append(f'<text class="tick" x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end">{_number(tick)}</text>')
-    parts.append(f'<text class="unit" x="{LEFT - 8}" y="{TOP - 4}" text-anchor="end">{escape(unit)}</text>')
+    parts.append(f'<text class="unit" x="4" y="{TOP - 4}" text-anchor="start">{escape(unit)}</text>')
     parts.append(f'<line class="axis" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{TOP + plot_h}" y2="{TOP + plot_h}"/>')
     return parts
 

@@ -125,8 +125,8 @@ class Command(BaseCommand):
         hour = rng.choices(range(24), weights=HOUR_WEIGHTS)[0]
         moment = (end - timedelta(days=day)).replace(hour=hour, minute=0, second=0, microsecond=0)
         moment += timedelta(seconds=rng.random() * 3600)
-        if moment > end:  # the current hour is not over yet
-            moment = end - timedelta(seconds=rng.random() * (end - end.replace(minute=0, second=0)).total_seconds())
+        if moment > end:  # later today has not happened yet: the same hour a day earlier
+            moment -= timedelta(days=1)
         return moment
 
     def _templates(self) -> dict[str, list[dict]]:

@@ -1,0 +1,37 @@
+"""Headless Chromium (Debian's /usr/bin/chromium) driven by Playwright; scripts/install-browser.sh installs both."""
+
+import os
+import pathlib
+
+import pytest
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+ARTIFACTS = pathlib.Path(__file__).resolve().parents[2] / "test-artifacts"
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+
+
+@pytest.fixture
+def page():
+    """A fresh browser page, 1440x900; closed after the test."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-browser.sh (scripts/test does)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="run scripts/install-browser.sh")
+    # Playwright's sync API keeps an event loop on this thread; the test's own ORM calls are still
+    # synchronous and safe, and the live server answers from its own thread.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+            context = browser.new_context(viewport={"width": 1440, "height": 900})
+            context.set_default_timeout(15_000)
+            yield context.new_page()
+            context.close()
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
