@@ -1,0 +1,374 @@
+"""Every answered admission reaches the audit table: after a SIGKILLed worker, a SIGTERMed server,
+and a PostgreSQL outage under load. Real gunicorn processes (injector_site/gunicorn_conf.py) on
+127.0.0.1, each test against a database of its own."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from tests.support import pods
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
+# The issue asks for 30 s; CI may shorten it (VOLCANO_OUTAGE_SECONDS) if its budget needs to.
+OUTAGE_SECONDS = float(os.environ.get("VOLCANO_OUTAGE_SECONDS", "30"))
+# The webhook's timeoutSeconds in deploy/base/mutatingwebhookconfiguration.yaml.
+WEBHOOK_TIMEOUT_SECONDS = 5
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_create(url: str) -> None:
+    """Create the database in url afresh and migrate it."""
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    subprocess.run([str(VENV_BIN / "python"), "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO, check=True,
+                   env={**os.environ, "DATABASE_URL": url, "INJECTOR_DEV_MODE": "true"}, timeout=120)
+
+
+def database_drop(url: str) -> None:
+    parts = urlsplit(url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
+
+
+def uids_present(url: str, uids: list[str]) -> set[str]:
+    with psycopg.connect(url, connect_timeout=3) as conn:
+        rows = conn.execute("SELECT request_uid FROM mutations_admissionaudit WHERE request_uid = ANY(%s)",
+                            [uids]).fetchall()
+    return {row[0] for row in rows}
+
+
+def wait_until_present(url: str, uids: list[str], timeout_seconds: float = 60.0) -> set[str]:
+    """Poll until every uid is in the table; return the missing ones (empty on success)."""
+    deadline = time.monotonic() + timeout_seconds
+    missing = set(uids)
+    while time.monotonic() < deadline:
+        try:
+            missing = set(uids) - uids_present(url, uids)
+        except psycopg.OperationalError:
+            pass
+        if not missing:
+            return missing
+        time.sleep(0.2)
+    return missing
+
+
+class Gunicorn:
+    """gunicorn from injector_site/gunicorn_conf.py, plain HTTP on 127.0.0.1."""
+
+    def __init__(self, database_url: str, work: Path, **env: str) -> None:
+        self.port = free_port()
+        self.spool = work / "spool"
+        self.log_path = work / "gunicorn.log"
+        prometheus = work / "prometheus"
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "INJECTOR_DEV_MODE": "true",
+            "INJECTOR_AUDIT_SPOOL_DIR": str(self.spool),
+            "INJECTOR_AUDIT_WRITER_AUTOSTART": "true",
+            "INJECTOR_CONFIG_RECHECK_SECONDS": "1",
+            "PROMETHEUS_MULTIPROC_DIR": str(prometheus),
+            "GUNICORN_BIND": f"127.0.0.1:{self.port}",
+            "WEB_CONCURRENCY": "2",
+            "GUNICORN_THREADS": "4",
+            "GUNICORN_GRACEFUL_TIMEOUT": "20",
+            "TLS_CERT_FILE": "",
+            "TLS_KEY_FILE": "",
+            "TLS_CLIENT_CA_FILE": "",
+            "LOG_LEVEL": "WARNING",
+            **env,
+        }
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [str(VENV_BIN / "gunicorn"), "-c", str(REPO / "injector_site" / "gunicorn_conf.py"),
+             "injector_site.wsgi:application"],
+            cwd=REPO, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.wait_ready()
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout_seconds: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"gunicorn exited:\n{self.log()}"
+            try:
+                if get(self.port, "/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"gunicorn not ready in {timeout_seconds}s:\n{self.log()}")
+
+    def worker_pids(self) -> list[int]:
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.process.pid)], capture_output=True, text=True)
+        return [int(pid) for pid in out.stdout.split()]
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self._log.close()
+        return self.process.returncode
+
+
+def get(port: int, path: str, timeout: float = 10) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+class Poster:
+    """One keep-alive connection posting AdmissionReviews, as the API server does."""
+
+    BODIES = [pods.vllm_deployment_pod(), pods.kserve_predictor_pod()]
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def post(self) -> tuple[str, int, float]:
+        """Post one admission; return its uid, HTTP status and seconds to the answer."""
+        uid = str(uuid.uuid4())
+        body = json.dumps(pods.review(self.BODIES[hash(uid) % 2], uid=uid))
+        started = time.monotonic()
+        self.conn.request("POST", "/mutate", body, {"Content-Type": "application/json"})
+        response = self.conn.getresponse()
+        answer = json.loads(response.read())
+        assert answer["response"]["uid"] == uid
+        return uid, response.status, time.monotonic() - started
+
+
+class Load:
+    """Threads posting admissions until stopped; remembers which were answered and how fast."""
+
+    def __init__(self, port: int, *, threads: int = 4, pause_seconds: float = 0.0) -> None:
+        self.port = port
+        self.pause_seconds = pause_seconds
+        self.answered: list[str] = []
+        self.statuses: list[int] = []
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self.stop_event = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+        for thread in self.threads:
+            thread.start()
+
+    def _run(self) -> None:
+        poster = Poster(self.port)
+        while not self.stop_event.is_set():
+            try:
+                uid, status, seconds = poster.post()
+            except (OSError, http.client.HTTPException) as exc:
+                # No answer (the server is going away): the API server would retry elsewhere.
+                self.errors.append(repr(exc))
+                poster = Poster(self.port)
+                time.sleep(0.05)
+                continue
+            self.statuses.append(status)
+            self.latencies.append(seconds)
+            if status == 200:
+                self.answered.append(uid)
+            if self.pause_seconds:
+                time.sleep(self.pause_seconds)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+@pytest.fixture
+def durability_database():
+    url = "postgres://postgres@127.0.0.1:5432/volcano_injector_durability"
+    database_create(url)
+    yield url
+    database_drop(url)
+
+
+@pytest.fixture
+def servers(tmp_path):
+    started: list[Gunicorn] = []
+
+    def start(database_url: str, **env: str) -> Gunicorn:
+        work = tmp_path / f"server-{len(started)}"
+        work.mkdir()
+        server = Gunicorn(database_url, work, **env)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_admissions_answered_by_sigkilled_workers_reach_the_table(durability_database, servers):
+    # The workers never write on their own in this test: only adoption can bring the rows in.
+    server = servers(durability_database, INJECTOR_AUDIT_FLUSH_SECONDS="3600", INJECTOR_AUDIT_ADOPT_SECONDS="0.2")
+    poster = Poster(server.port)
+    answered = []
+    for _ in range(120):
+        uid, status, _seconds = poster.post()
+        assert status == 200
+        answered.append(uid)
+    assert uids_present(durability_database, answered) == set()
+    victims = server.worker_pids()
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    assert wait_until_present(durability_database, answered) == set(), server.log()
+    assert not set(server.worker_pids()) & set(victims)
+
+
+def test_admissions_answered_before_sigterm_reach_the_table(durability_database, servers):
+    # Only the exit flush writes here: a normal Pod shutdown (SIGTERM to gunicorn's master).
+    server = servers(durability_database, INJECTOR_AUDIT_FLUSH_SECONDS="3600")
+    load = Load(server.port)
+    time.sleep(2)
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=60) == 0, server.log()
+    load.stop()
+    assert len(load.answered) > 50
+    assert uids_present(durability_database, load.answered) == set(load.answered), server.log()
+    assert list(server.spool.glob("*.jsonl")) == []
+
+
+# --- a PostgreSQL of the test's own, stopped for OUTAGE_SECONDS -------------------------------
+
+
+class PrivatePostgres:
+    """A throw-away PostgreSQL cluster on a free port (as the postgres user when run as root)."""
+
+    def __init__(self) -> None:
+        if not (PG_BIN / "initdb").exists():
+            pytest.fail(f"PostgreSQL server binaries not found in {PG_BIN} (set PG_BIN)")
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="volcano-outage-pg-", dir="/tmp"))
+        self.data = self.root / "data"
+        os.chmod(self.root, 0o755)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run(PG_BIN / "initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        self.start()
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/volcano_injector_outage"
+
+    def _run(self, *argv) -> None:
+        command = [str(a) for a in argv]
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off"
+        self._run(PG_BIN / "pg_ctl", "-D", self.data, "-o", options, "-l", self.root / "postgres.log", "-w",
+                  "start")
+
+    def stop(self) -> None:
+        self._run(PG_BIN / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
+
+    def destroy(self) -> None:
+        try:
+            self.stop()
+        except subprocess.CalledProcessError:
+            pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def private_postgres():
+    cluster = PrivatePostgres()
+    try:
+        database_create(cluster.url)
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def backlog_rows(port: int) -> float:
+    status, body = get(port, "/metrics")
+    assert status == 200
+    for line in body.decode().splitlines():
+        if line.startswith("volcano_injector_audit_backlog_rows"):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_outage_of_postgresql_under_load_loses_no_row_and_keeps_answering(private_postgres, servers):
+    server = servers(private_postgres.url, INJECTOR_AUDIT_RETRY_MAX_SECONDS="1", INJECTOR_AUDIT_WARN_SECONDS="5")
+    readiness: list[tuple[int, float]] = []
+    stop_probe = threading.Event()
+
+    def probe() -> None:
+        while not stop_probe.is_set():
+            started = time.monotonic()
+            try:
+                status = get(server.port, "/readyz", timeout=WEBHOOK_TIMEOUT_SECONDS)[0]
+            except OSError:
+                status = 0
+            readiness.append((status, time.monotonic() - started))
+            time.sleep(0.5)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    # About 100-200 admissions a second: load, not a benchmark (the CI machine runs other tests too).
+    load = Load(server.port, threads=4, pause_seconds=0.02)
+    time.sleep(2)
+    private_postgres.stop()
+    answered_before_outage = len(load.answered)
+    time.sleep(OUTAGE_SECONDS / 2)
+    backlog_during_outage = backlog_rows(server.port)
+    time.sleep(OUTAGE_SECONDS / 2)
+    answered_during_outage = len(load.answered) - answered_before_outage
+    private_postgres.start()
+    time.sleep(3)
+    load.stop()
+    stop_probe.set()
+    prober.join(timeout=30)
+
+    assert answered_during_outage > 0, "the webhook kept answering while PostgreSQL was down"
+    assert set(load.statuses) == {200} and not load.errors, (set(load.statuses), load.errors[:3])
+    assert max(load.latencies) < WEBHOOK_TIMEOUT_SECONDS, f"slowest answer {max(load.latencies):.2f}s"
+    assert readiness and all(status == 200 for status, _ in readiness), readiness
+    assert max(seconds for _, seconds in readiness) < WEBHOOK_TIMEOUT_SECONDS
+    assert backlog_during_outage > 0, "the backlog metric showed the spooled rows"
+    assert wait_until_present(private_postgres.url, load.answered, timeout_seconds=120) == set(), server.log()
+    assert "audit backlog growing" in server.log()
