@@ -170,7 +170,11 @@ def run_as_image_user() -> list[str]:
     """Drop to the image's uid when the tests run as root (CI does), as USER does in the image."""
     if os.geteuid() != 0:
         return []
-    return ["setpriv", f"--reuid={IMAGE_UID}", f"--regid={IMAGE_UID}", "--clear-groups"]
+    # The checkout (and its .venv) may sit under a 0700 directory, as CI's fresh clone does; in
+    # the image the files are world-readable under /app. CAP_DAC_READ_SEARCH stands in for that:
+    # it lets the uid read and traverse, never write, so the write checks below keep their bite.
+    return ["setpriv", f"--reuid={IMAGE_UID}", f"--regid={IMAGE_UID}", "--clear-groups",
+            "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
 
 
 def make_writable_for_image_user(*paths: Path) -> None:
