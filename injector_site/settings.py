@@ -170,6 +170,9 @@ def database_from_env() -> dict:
 
 
 DATABASES = {"default": database_from_env()}
+# The audit's covering index (INCLUDE columns, for the dashboard's index-only aggregates) is a
+# PostgreSQL feature; on the SQLite trial database it is a plain index, which is fine there.
+SILENCED_SYSTEM_CHECKS = ["models.W040"] if DATABASES["default"]["ENGINE"].endswith("sqlite3") else []
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -192,6 +195,9 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
+# In dev mode (scripts/dev, tests) files are found in the apps directly, without collectstatic.
+WHITENOISE_USE_FINDERS = DEV_MODE
+WHITENOISE_AUTOREFRESH = DEV_MODE
 
 LOGIN_URL = "admin:login"
 
