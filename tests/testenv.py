@@ -9,5 +9,8 @@ os.environ.setdefault("INJECTOR_DEV_MODE", "true")
 os.environ.setdefault("INJECTOR_CONFIG_RECHECK_SECONDS", "0")
 os.environ.setdefault("INJECTOR_AUDIT_SPOOL_DIR", tempfile.mkdtemp(prefix="volcano-injector-spool-"))
 os.environ.setdefault("LOG_LEVEL", "WARNING")
+# One test database per run: runs side by side on one machine (several checkouts, a benchmark)
+# would otherwise drop each other's database.
+os.environ.setdefault("DB_TEST_NAME", f"test_volcano_injector_{os.getpid()}")
 # The tests write audit rows with audit_flush() in their own transaction, not from a background thread.
 os.environ.setdefault("INJECTOR_AUDIT_WRITER_AUTOSTART", "false")
