@@ -277,11 +277,17 @@ class _Mutation:
         return _Sizing(preset, source, memory_mib, cores, card, resources)
 
     def _default_card(self) -> GpuModelSpec | None:
-        """The GPU model of the namespace's (or the global) default preset, if it names one."""
+        """The card an estimate is capped at: the default preset's GPU model, else the largest known card.
+
+        A vGPU larger than every card in the cluster could never be placed, so with no card named
+        the estimate is capped at the largest one configured.
+        """
         for name in (self.policy.default_preset, self.catalog.default_preset):
             preset = self.catalog.presets.get(name) if name else None
             if preset is not None and preset.gpu_model is not None:
                 return preset.gpu_model
+        if self.catalog.gpu_models:
+            return max(self.catalog.gpu_models.values(), key=lambda model: (model.memory_mib, model.name))
         return None
 
     def _gpu_type_annotation(self) -> GpuModelSpec | None:

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from django_prometheus.exports import ExportToDjangoView
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
@@ -37,6 +38,7 @@ class BoundedJSONParser(JSONParser):
             raise ParseError(f"request body is not valid JSON: {exc}") from exc
 
 
+@extend_schema(exclude=True)  # the Kubernetes AdmissionReview API, not part of the operators' REST API
 class MutateView(APIView):
     """POST an AdmissionReview (admission.k8s.io/v1); the answer is always an AdmissionReview."""
 

@@ -109,6 +109,14 @@ def test_model_size_without_a_preset_is_estimated_and_capped_at_the_card():
     assert any("ask for more GPUs" in w for w in big.warnings)
 
 
+def test_estimate_without_a_named_card_is_capped_at_the_largest_known_card():
+    catalog = Catalog(presets={"default": PRESETS["default"]}, gpu_models={"A100-80GB": A100, "L40S": L40S},
+                      default_preset="default")
+    result = run(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "180B"}), catalog=catalog)
+    assert limits(result)["volcano.sh/vgpu-memory"] == "81920"
+    assert any("A100-80GB" in w and "ask for more GPUs" in w for w in result.warnings)
+
+
 def test_model_dtype_changes_the_estimate():
     catalog = Catalog(presets={}, default_preset=None)
     result = run(pods.vllm_deployment_pod(annotations={
