@@ -214,7 +214,11 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # ASCII JSON (\uXXXX escapes): a lone surrogate echoed from a request (JSON allows "\ud800")
+    # cannot be encoded as UTF-8 and made the answer a 500 (tests/test_fuzz.py).
+    "UNICODE_JSON": False,
+    # DRF's JSON parser, refusing NUL characters and too-deep nesting with a 400 (tests/test_fuzz.py).
+    "DEFAULT_PARSER_CLASSES": ["injector_site.parsers.StrictJSONParser"],
     # Bodies nested deeper than Python's parser recurses are a 400, not a 500 (tests/test_fuzz.py).
     "EXCEPTION_HANDLER": "injector_site.api_errors.api_exception_handler",
     "DEFAULT_FILTER_BACKENDS": [
