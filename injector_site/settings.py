@@ -92,6 +92,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "injector_site.body_limit.BodySizeLimitMiddleware",
     "injector_site.middleware.WebhookPortMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -173,6 +174,8 @@ DATABASES = {"default": database_from_env()}
 # The audit's covering index (INCLUDE columns, for the dashboard's index-only aggregates) is a
 # PostgreSQL feature; on the SQLite trial database it is a plain index, which is fine there.
 SILENCED_SYSTEM_CHECKS = ["models.W040"] if DATABASES["default"]["ENGINE"].endswith("sqlite3") else []
+# HSTS preload lists are for public domains; the UI's name is cluster-internal and cannot be preloaded.
+SILENCED_SYSTEM_CHECKS.append("security.W021")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -302,6 +305,8 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0 if DEV_MODE else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEV_MODE
 SECURE_HSTS_PRELOAD = False
-# The API server and the kubelet speak HTTPS to the Pod directly; no redirect is needed and
-# a redirect would break HTTP probes in dev mode.
-SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+# Browsers are sent to HTTPS for the UI outside dev mode. The API server, the kubelet and Prometheus
+# call /mutate, the probes and /metrics directly and never follow a redirect, so those are exempt
+# (with TLS in gunicorn every request is HTTPS anyway; this guards a plain-HTTP misconfiguration).
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not DEV_MODE)
+SECURE_REDIRECT_EXEMPT = [r"^mutate$", r"^healthz$", r"^readyz$", r"^metrics$"]
