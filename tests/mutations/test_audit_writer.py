@@ -291,3 +291,27 @@ def _remove_capture_handlers():
 def test_writer_uses_its_own_connection_not_djangos():
     inserter = audit.PsycopgInserter()
     assert inserter._connection is None and connection.connection is None or inserter._connection is not connection
+
+
+# --- manage.py drain_audit ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_drain_audit_command_writes_a_spool_directory_and_reports_counts(tmp_path):
+    from django.core.management import call_command
+    from io import StringIO
+
+    spool = tmp_path / "other-spool"
+    process = spooling_process(spool, ["drain-1", "drain-2"], then="sigkill")
+    process.wait(timeout=30)
+    out = StringIO()
+    call_command("drain_audit", "--spool-dir", str(spool), stdout=out)
+    assert "2 rows were spooled; 2 written" in out.getvalue()
+    assert AdmissionAudit.objects.filter(request_uid__startswith="drain-").count() == 2
+
+
+def test_drain_audit_command_refuses_a_non_positive_timeout():
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--timeout"):
+        call_command("drain_audit", "--timeout", "0")
