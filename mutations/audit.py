@@ -425,6 +425,10 @@ class PsycopgInserter:
             host=db.get("HOST") or None, port=db.get("PORT") or None, dbname=db["NAME"],
             user=db.get("USER") or None, password=db.get("PASSWORD") or None,
             connect_timeout=options.get("connect_timeout", 2), application_name="volcano-injector-audit",
+            # A database that stops answering (a partition, not a refusal) must not hold the writer
+            # forever: TCP keepalives notice a dead peer, statement_timeout a stuck statement.
+            keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
+            options="-c statement_timeout=30000",
         )
         return self._connection
 

@@ -102,6 +102,26 @@ def audit_rows(url: str, prefix: str) -> int:
                             [prefix + "-%"]).fetchone()[0]
 
 
+def cpu_seconds() -> dict[str, float]:
+    """CPU time used so far (user + system, seconds) by process group id, and by all postgres processes."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        used = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        key = "postgres" if comm == "postgres" or comm.startswith("postgres:") else f"pgrp:{fields[2]}"
+        totals[key] = totals.get(key, 0.0) + used
+    return totals
+
+
 class Server:
     def __init__(self, *, url: str, audit: bool, tls_dir: Path | None, work: Path, args) -> None:
         self.port = free_port()
@@ -207,9 +227,15 @@ def bench_case(*, url: str, audit: bool, tls_dir: Path | None, args, work_root: 
         server.wait_ready()
         target = f"{server.scheme}://127.0.0.1:{server.port}"
         warm = run_wrk(target, warm_lua, connections=args.connections, seconds=args.warmup, threads=1)
+        before = cpu_seconds()
         result = run_wrk(target, lua, connections=args.connections, seconds=args.seconds, threads=1)
+        after = cpu_seconds()
     finally:
         server.stop()
+    # CPU per admission is steadier than req/s on a machine that other work shares.
+    group = f"pgrp:{server.process.pid}"
+    result["server_cpu_us"] = (after.get(group, 0) - before.get(group, 0)) / max(result["requests"], 1) * 1e6
+    result["postgres_cpu_us"] = (after.get("postgres", 0) - before.get("postgres", 0)) / max(result["requests"], 1) * 1e6
     result["answered"] = warm["requests"] + result["requests"]
     result["non_2xx"] += warm["non_2xx"]
     result["rows"] = audit_rows(url, prefix) if audit else None
@@ -254,7 +280,7 @@ def main() -> int:
           f"-c{args.connections} keep-alive, {args.seconds:g} s per case (+{args.warmup:g} s warm-up), "
           f"{args.repeat} round(s), median; LOG_LEVEL={args.log_level}; {os.cpu_count()} CPUs shared with wrk")
     print(f"{'scheme':6} {'audit':5} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'answered':>9} {'rows':>9} "
-          f"{'non-2xx':>7} {'errors':>6}")
+          f"{'non-2xx':>7} {'errors':>6} {'server CPU us/req':>17} {'postgres CPU us/req':>19}")
     failures = []
     medians = {}
     for (scheme, audit), runs in results.items():
@@ -266,8 +292,10 @@ def main() -> int:
         rows = sum(r["rows"] for r in runs) if audit else None
         non_2xx = sum(r["non_2xx"] for r in runs)
         errors = sum(r["socket_errors"] for r in runs)
+        server_cpu = statistics.median(r["server_cpu_us"] for r in runs)
+        postgres_cpu = statistics.median(r["postgres_cpu_us"] for r in runs)
         print(f"{scheme:6} {'on' if audit else 'off':5} {rps:8.0f} {p50:7.2f} {p99:7.2f} {answered:9d} "
-              f"{rows if rows is not None else '-':>9} {non_2xx:7d} {errors:6d}")
+              f"{rows if rows is not None else '-':>9} {non_2xx:7d} {errors:6d} {server_cpu:17.0f} {postgres_cpu:19.0f}")
         if audit and rows < answered:
             failures.append(f"{scheme}: {answered - rows} answered admissions have no audit row")
         if non_2xx:
