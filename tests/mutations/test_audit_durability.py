@@ -133,8 +133,16 @@ class Gunicorn:
         raise AssertionError(f"gunicorn not ready in {timeout_seconds}s:\n{self.log()}")
 
     def worker_pids(self) -> list[int]:
-        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.process.pid)], capture_output=True, text=True)
-        return [int(pid) for pid in out.stdout.split()]
+        """The master's children, from /proc (no procps needed on a fresh machine)."""
+        pids = []
+        for entry in os.listdir("/proc"):
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+            except OSError:
+                continue
+            if stat and int(stat[stat.rindex(")") + 2:].split()[1]) == self.process.pid:
+                pids.append(int(entry))
+        return pids
 
     def stop(self) -> int:
         if self.process.poll() is None:
@@ -253,6 +261,7 @@ def test_admissions_answered_by_sigkilled_workers_reach_the_table(durability_dat
         answered.append(uid)
     assert uids_present(durability_database, answered) == set()
     victims = server.worker_pids()
+    assert len(victims) == 2
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
     assert wait_until_present(durability_database, answered) == set(), server.log()
