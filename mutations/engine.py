@@ -9,7 +9,6 @@ and limits without overriding what the user wrote, and records what it applied i
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from dataclasses import dataclass
@@ -137,7 +136,7 @@ class _Sizing:
 class _Mutation:
     def __init__(self, original: dict, ctx: MutationContext, annotations: dict):
         self.original = original
-        self.pod = copy.deepcopy(original)
+        self.pod = _working_copy(original)
         self.ctx = ctx
         self.policy = ctx.policy
         self.catalog = ctx.catalog
@@ -668,6 +667,42 @@ class _Mutation:
         annotations[ANN_APPLIED_POLICY] = self.policy.namespace
         annotations[ANN_APPLIED_SOURCE] = sizing.source
         annotations[ANN_APPLIED_VGPU_MEMORY] = str(sizing.vgpu_memory_mib)
+
+
+def _working_copy(pod: dict) -> dict:
+    """A copy of the Pod deep enough for every place the engine writes (metadata.annotations,
+    spec.schedulerName, each container's resources); everything else is shared with the input.
+
+    Sharing keeps the hot path cheap (a deepcopy of a large Pod cost more than the conversion)
+    and lets the patch diff skip unchanged subtrees by identity. Neither the input nor the
+    result may be edited afterwards; the engine's tests check the input stays as it was.
+    """
+    result = dict(pod)
+    metadata = pod.get("metadata")
+    if isinstance(metadata, dict):
+        result["metadata"] = metadata = dict(metadata)
+        if isinstance(metadata.get("annotations"), dict):
+            metadata["annotations"] = dict(metadata["annotations"])
+    spec = pod.get("spec")
+    if isinstance(spec, dict):
+        result["spec"] = spec = dict(spec)
+        for key in ("containers", "initContainers"):
+            if isinstance(spec.get(key), list):
+                spec[key] = [_container_copy(container) for container in spec[key]]
+    return result
+
+
+def _container_copy(container: object) -> object:
+    if not isinstance(container, dict):
+        return container
+    container = dict(container)
+    resources = container.get("resources")
+    if isinstance(resources, dict):
+        container["resources"] = resources = dict(resources)
+        for part in ("limits", "requests"):
+            if isinstance(resources.get(part), dict):
+                resources[part] = dict(resources[part])
+    return container
 
 
 def estimate_model_vram_mib(size_b: float, bytes_per_parameter: float) -> int:

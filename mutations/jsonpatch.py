@@ -10,6 +10,8 @@ from __future__ import annotations
 
 def escape(token: str) -> str:
     """A JSON Pointer reference token: `~` becomes `~0` and `/` becomes `~1` (RFC 6901)."""
+    if "~" not in token and "/" not in token:
+        return token
     return token.replace("~", "~0").replace("/", "~1")
 
 
@@ -21,16 +23,17 @@ def make_patch(source: object, target: object) -> list[dict]:
 
 
 def _diff(source: object, target: object, path: str, ops: list[dict]) -> None:
+    if source is target:  # the engine shares unchanged subtrees with the original: nothing to walk
+        return
     if type(source) is type(target) and isinstance(source, dict):
         for key in source:
             if key not in target:
                 ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
         for key, value in target.items():
-            child = f"{path}/{escape(key)}"
             if key not in source:
-                ops.append({"op": "add", "path": child, "value": value})
-            else:
-                _diff(source[key], value, child, ops)
+                ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
+            elif source[key] is not value:
+                _diff(source[key], value, f"{path}/{escape(key)}", ops)
         return
     if type(source) is type(target) and isinstance(source, list) and len(source) == len(target):
         for index, (old, new) in enumerate(zip(source, target)):
