@@ -91,7 +91,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "injector_site.middleware.PrometheusBeforeMiddleware",
     "injector_site.body_limit.BodySizeLimitMiddleware",
     "injector_site.middleware.WebhookPortMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -102,7 +102,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_prometheus.middleware.PrometheusAfterMiddleware",
+    "injector_site.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "injector_site.urls"

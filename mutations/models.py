@@ -14,8 +14,9 @@ class AdmissionAudit(models.Model):
     """
 
     created_at = models.DateTimeField(db_index=False)
-    # The API server's uid for this call identifies the admission: replays never duplicate a row.
-    request_uid = models.CharField(max_length=128, unique=True)
+    # The API server's uid for this call identifies the admission: replays never duplicate a row
+    # (the unique constraint in Meta; the writer's INSERT ... ON CONFLICT (request_uid) relies on it).
+    request_uid = models.CharField(max_length=128)
     operation = models.CharField(max_length=16, default="CREATE")
     namespace = models.CharField(max_length=253, blank=True)
     pod_name = models.CharField(max_length=253, blank=True)
@@ -46,6 +47,15 @@ class AdmissionAudit(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         verbose_name = "admission audit record"
+        constraints = [
+            # A constraint rather than unique=True: the same index, without the extra
+            # varchar_pattern_ops index Django adds for unique CharFields (nothing searches uids
+            # with LIKE, and every index costs each audit INSERT).
+            models.UniqueConstraint(
+                fields=["request_uid"], name="%(app_label)s_%(class)s_request_uid_unique",
+                violation_error_message="An audit row for this admission (request uid) exists already.",
+            ),
+        ]
         indexes = [
             # History unfiltered, newest first, keyset pages and time ranges:
             # ORDER BY created_at DESC, id DESC WHERE (created_at, id) < cursor LIMIT n+1.

@@ -17,7 +17,8 @@ from .audit import audit_record_submit
 from .engine import mutate_pod
 from .jsonpatch import make_patch
 from .metrics import ADMISSION_DURATION, ADMISSIONS
-from .specs import Catalog, Decision, MutationContext, MutationResult, PolicySpec, select_policy
+from .quantity import QuantityError, parse_quantity
+from .specs import GPU_RESOURCE, Catalog, Decision, MutationContext, MutationResult, PolicySpec, select_policy
 
 logger = logging.getLogger("volcano_injector.admission")
 
@@ -101,8 +102,10 @@ def _audit_record(request, preview: Preview | None, decision: Decision, reason: 
     owner_kind, owner_name = _owner(metadata)
     result = preview.result if preview else None
     grants = result.grants if result else ()
+    before = _resources_before(request) if preview else []
     return {
-        "created_at": datetime.now(timezone.utc),
+        # Strings, not datetime/Decimal: the row is spooled as JSON on the hot path.
+        "created_at": datetime.now(timezone.utc).isoformat(),
         "request_uid": request.uid,
         "operation": request.operation,
         "namespace": request.namespace or _text(metadata.get("namespace")),
@@ -117,11 +120,11 @@ def _audit_record(request, preview: Preview | None, decision: Decision, reason: 
         "preset_name": (result.preset or "") if result else "",
         "policy_name": result.policy if result else "",
         "source": ((result.source or "") if result else "")[:128],
-        "gpus_requested": sum((Decimal(g.gpus_requested) for g in grants), Decimal(0)),
+        "gpus_requested": str(_gpus_asked(before)),
         "vgpus_granted": sum(g.vgpu_number for g in grants),
         "vgpu_memory_mib": sum(g.vgpu_number * (g.vgpu_memory_mib or 0) for g in grants),
         "containers": [g.as_dict() for g in grants],
-        "resources_before": _resources_before(request) if preview else [],
+        "resources_before": before,
         "patch": preview.patch if preview else [],
         "warnings": list(result.warnings) if result else [],
         "dry_run": request.dry_run,
@@ -143,6 +146,22 @@ def _resources_before(request: admission.AdmissionRequest) -> list[dict]:
                 before.append({"container": _text(container.get("name")), "init": init,
                                "resources": resources if isinstance(resources, dict) else {}})
     return before
+
+
+def _gpus_asked(resources_before: list[dict]) -> Decimal:
+    """nvidia.com/gpu the Pod asked for (denied Pods included), limits first, as the engine reads them."""
+    total = Decimal(0)
+    for entry in resources_before:
+        resources = entry["resources"]
+        for part in ("limits", "requests"):
+            values = resources.get(part)
+            if isinstance(values, dict) and GPU_RESOURCE in values:
+                try:
+                    total += max(parse_quantity(values[GPU_RESOURCE]), Decimal(0))
+                except QuantityError:
+                    pass
+                break
+    return min(total, Decimal("999999999.999"))
 
 
 def _metadata(request: admission.AdmissionRequest) -> dict:

@@ -51,3 +51,15 @@ def test_port_is_read_from_the_listening_socket_not_the_host_header(settings):
         request = type("Request", (), {"META": {"gunicorn.socket": sock, "HTTP_HOST": "x:8443"}, "path": "/admin/"})()
         assert middleware._local_port(request) == sock.getsockname()[1]
         assert middleware(request) is None  # not the webhook port, so passed on
+
+
+@pytest.mark.django_db
+def test_mutate_is_counted_by_its_own_metrics_not_the_generic_view_metrics(client, post_review):
+    from tests.support import pods
+
+    client.get("/healthz")
+    post_review(pods.review(pods.vllm_deployment_pod()))
+    text = client.get("/metrics").content.decode()
+    assert 'view="healthz"' in text
+    assert 'view="mutate"' not in text
+    assert 'volcano_injector_admissions_total{decision="mutated"}' in text

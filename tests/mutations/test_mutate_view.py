@@ -198,3 +198,9 @@ def test_patch_is_base64_json_patch(post_review):
     assert response["patchType"] == "JSONPatch"
     ops = json.loads(base64.b64decode(response["patch"]))
     assert {op["op"] for op in ops} <= {"add", "remove", "replace"}
+
+
+def test_denied_pod_row_still_records_the_gpus_it_asked_for(post_review):
+    post_review(pods.review(pods.vllm_deployment_pod(gpus="3", annotations={"volcano-injector.io/preset": "nope"})))
+    row = AdmissionAudit.objects.get()
+    assert row.decision == "denied" and row.gpus_requested == 3 and row.vgpus_granted == 0
