@@ -264,7 +264,9 @@ INJECTOR_AUDIT_SPOOL_DIR = env("INJECTOR_AUDIT_SPOOL_DIR", str(BASE_DIR / "var" 
 # how often it looks for segments left by ended processes, the longest wait between retries while
 # PostgreSQL is down, and how often it then logs a warning. gunicorn starts the writer in each
 # worker; elsewhere (runserver, shell) the first audited admission starts it unless autostart is off.
-INJECTOR_AUDIT_FLUSH_SECONDS = float(env("INJECTOR_AUDIT_FLUSH_SECONDS", "0.1") or 0.1)
+# 0.25 s: a cycle costs a segment rotation and an fdatasync, so much shorter cycles cost throughput
+# (scripts/bench: 0.02 s -> about 2,100 audited req/s, 0.25-0.5 s -> about 2,500).
+INJECTOR_AUDIT_FLUSH_SECONDS = float(env("INJECTOR_AUDIT_FLUSH_SECONDS", "0.25") or 0.25)
 INJECTOR_AUDIT_ADOPT_SECONDS = float(env("INJECTOR_AUDIT_ADOPT_SECONDS", "2") or 2)
 INJECTOR_AUDIT_RETRY_MAX_SECONDS = float(env("INJECTOR_AUDIT_RETRY_MAX_SECONDS", "2") or 2)
 INJECTOR_AUDIT_WARN_SECONDS = float(env("INJECTOR_AUDIT_WARN_SECONDS", "10") or 10)

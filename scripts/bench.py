@@ -251,7 +251,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=3, help="unmeasured load before each case")
     parser.add_argument("--connections", type=int, default=16, help="concurrent keep-alive connections")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (WEB_CONCURRENCY)")
-    parser.add_argument("--threads", type=int, default=4, help="threads per worker (GUNICORN_THREADS)")
+    parser.add_argument("--threads", type=int, default=2, help="threads per worker (GUNICORN_THREADS)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds; the median of each case is printed")
     parser.add_argument("--log-level", default="WARNING",
                         help="the app's LOG_LEVEL (INFO adds one JSON log line per admission)")
