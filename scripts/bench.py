@@ -20,19 +20,18 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.support import pods  # noqa: E402  (realistic Pods, as the API server sends them)
+from tests.support.servers import database_recreate, free_port  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -72,26 +71,6 @@ def write_lua(path: Path, prefix: str) -> None:
         before, after = text.split("@@UID@@")
         bodies.append(f"{lua_string(before)}, {lua_string(after)}")
     path.write_text(LUA % {"prefix": prefix, "body1": bodies[0], "body2": bodies[1]})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def database_prepare(url: str) -> None:
-    """Create the bench database afresh and migrate it."""
-    import psycopg
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    subprocess.run([str(VENV_BIN / "python"), "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO,
-                   env={**os.environ, "DATABASE_URL": url, "INJECTOR_DEV_MODE": "true"}, check=True)
 
 
 def audit_rows(url: str, prefix: str) -> int:
@@ -261,7 +240,7 @@ def main() -> int:
         print("wrk is not installed (apt-get install wrk); scripts/bench installs it", file=sys.stderr)
         return 2
 
-    database_prepare(args.database_url)
+    database_recreate(args.database_url)
     work_root = Path(tempfile.mkdtemp(prefix="volcano-bench-"))
     tls_dir = work_root / "certs"
     subprocess.run(["bash", str(REPO / "scripts" / "dev-cert.sh"), str(tls_dir)], check=True,

@@ -15,7 +15,6 @@ from rest_framework.views import APIView
 from mutations.services import pod_preview
 from mutations.specs import Decision
 
-from ..models import GpuModel, NamespacePolicy, Preset
 from ..selectors import catalog_current, gpu_model_list, namespace_policy_list, preset_list
 from ..services import (
     ConfigurationInUse,

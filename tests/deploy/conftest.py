@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.servers import free_port
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -126,12 +128,6 @@ def make_dev_certs(directory: Path, extra_dns: str = "") -> Path:
 
 
 # --- gunicorn ---------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Server:

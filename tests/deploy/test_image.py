@@ -16,8 +16,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,12 +16,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
 from tests.support import pods
+from tests.support.servers import database_drop, database_recreate, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -33,31 +32,6 @@ PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 OUTAGE_SECONDS = float(os.environ.get("VOLCANO_OUTAGE_SECONDS", "30"))
 # The webhook's timeoutSeconds in deploy/base/mutatingwebhookconfiguration.yaml.
 WEBHOOK_TIMEOUT_SECONDS = 5
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def database_create(url: str) -> None:
-    """Create the database in url afresh and migrate it."""
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    subprocess.run([str(VENV_BIN / "python"), "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO, check=True,
-                   env={**os.environ, "DATABASE_URL": url, "INJECTOR_DEV_MODE": "true"}, timeout=120)
-
-
-def database_drop(url: str) -> None:
-    parts = urlsplit(url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
 
 
 def uids_present(url: str, uids: list[str]) -> set[str]:
@@ -228,8 +202,9 @@ class Load:
 
 @pytest.fixture
 def durability_database():
-    url = "postgres://postgres@127.0.0.1:5432/volcano_injector_durability"
-    database_create(url)
+    # One database per run: two runs on one machine (a checkout and a CI clone) must not drop each other's.
+    url = f"postgres://postgres@127.0.0.1:5432/volcano_injector_durability_{os.getpid()}"
+    database_recreate(url)
     yield url
     database_drop(url)
 
@@ -326,7 +301,7 @@ class PrivatePostgres:
 def private_postgres():
     cluster = PrivatePostgres()
     try:
-        database_create(cluster.url)
+        database_recreate(cluster.url)
         yield cluster
     finally:
         cluster.destroy()
