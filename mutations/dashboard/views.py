@@ -30,13 +30,10 @@ CSV_COLUMNS = ["created_at", "request_uid", "operation", "namespace", "pod_name"
 
 
 def _backlog_rows() -> int | None:
-    """Rows answered but not yet in PostgreSQL (the group-committing writer's spool), if the writer tells."""
-    backlog = getattr(audit_writer, "audit_backlog_rows", None)
-    if backlog is None:
-        return None
+    """Rows answered on this replica but not yet in PostgreSQL (the audit writer's spool)."""
     try:
-        return int(backlog())
-    except Exception:  # the banner is a courtesy: never break a page over it
+        return audit_writer.audit_backlog_rows()
+    except OSError:  # the banner is a courtesy: never break a page over an unreadable spool
         logger.warning("audit backlog unknown", exc_info=True)
         return None
 
