@@ -140,6 +140,34 @@ def _raise_os_error(path):
 
 
 @pytest.mark.django_db
+def test_rows_beyond_a_full_segment_go_to_a_new_one_and_none_is_lost(audit_spool_dir, monkeypatch):
+    monkeypatch.setattr(audit, "SEGMENT_BYTES", 1)  # every segment is exactly one row long: full at once
+    uids = [f"full-{i}" for i in range(9)]
+    for uid in uids:
+        audit_record_submit(record=record(uid))
+    assert len(segments(audit_spool_dir)) == 9
+    assert audit_backlog_rows() == 9
+    assert audit_flush(timeout_seconds=10) == 9
+    assert sorted(AdmissionAudit.objects.values_list("request_uid", flat=True)) == sorted(uids)
+
+
+def test_backlog_counts_rows_added_to_an_open_segment_after_a_count(audit_spool_dir):
+    audit_record_submit(record=record("first"))
+    assert audit_backlog_rows() == 1
+    audit_record_submit(record=record("second"))
+    assert audit_backlog_rows() == 2, "rows copied into the reserved space after the last count are counted"
+
+
+def test_sealed_segment_keeps_only_the_bytes_of_its_rows(audit_spool_dir):
+    audit_record_submit(record=record("sealed"))
+    [segment] = segments(audit_spool_dir)
+    assert segment.stat().st_size == audit.SEGMENT_BYTES  # reserved while open
+    audit._spool().seal()
+    assert segment.read_bytes().endswith(b"\n") and segment.read_bytes().count(b"\n") == 1
+    assert b"\0" not in segment.read_bytes()
+
+
+@pytest.mark.django_db
 def test_segment_of_a_killed_process_is_adopted_and_written(audit_spool_dir):
     process = spooling_process(audit_spool_dir, ["killed-1", "killed-2", "killed-3"], then="sigkill")
     assert process.wait(timeout=30) == -signal.SIGKILL
