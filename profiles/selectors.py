@@ -57,12 +57,7 @@ def catalog_build() -> Catalog:
             min_model_size_b=_float(row.min_model_size_b),
             max_model_size_b=_float(row.max_model_size_b),
             gpu_model=gpu_models.get(row.gpu_model.name) if row.gpu_model else None,
-            resources=ResourceDefaults(
-                cpu_request=row.cpu_request or None,
-                cpu_limit=row.cpu_limit or None,
-                memory_request=row.memory_request or None,
-                memory_limit=row.memory_limit or None,
-            ),
+            resources=_resource_defaults(row),
             enabled=row.enabled,
             is_default=row.is_default,
         )
@@ -88,13 +83,18 @@ def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
         max_vgpu_memory_mib=row.max_vgpu_memory_mib,
         scheduler_name=row.scheduler_name,
         scheduler_scope=SchedulerScope(row.scheduler_scope),
-        resources=ResourceDefaults(
-            cpu_request=row.cpu_request or None,
-            cpu_limit=row.cpu_limit or None,
-            memory_request=row.memory_request or None,
-            memory_limit=row.memory_limit or None,
-        ),
+        resources=_resource_defaults(row),
         deny_privileged=row.deny_privileged,
+    )
+
+
+def _resource_defaults(row: Preset | NamespacePolicy) -> ResourceDefaults:
+    """The CPU/memory defaults a preset or policy row sets (blank fields set nothing)."""
+    return ResourceDefaults(
+        cpu_request=row.cpu_request or None,
+        cpu_limit=row.cpu_limit or None,
+        memory_request=row.memory_request or None,
+        memory_limit=row.memory_limit or None,
     )
 
 
