@@ -120,7 +120,7 @@ def says_what_was_wrong(payload) -> bool:
 
 
 def test_malformed_admission_reviews_get_a_4xx_or_a_valid_answer_and_never_a_5xx(client, settings):
-    settings.INJECTOR_MAX_BODY_BYTES = SIZE_CAP_BYTES
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = settings.INJECTOR_MAX_BODY_BYTES = SIZE_CAP_BYTES  # one setting
     rng = random.Random(20261202)
     valid = [pods.review(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "7B"})),
              pods.review(pods.kserve_predictor_pod()), pods.review(pods.init_gpu_pod()),

@@ -111,7 +111,7 @@ def test_wrong_content_type_is_refused(post_review):
 
 
 def test_body_over_the_cap_is_refused(post_review, settings):
-    settings.INJECTOR_MAX_BODY_BYTES = 1000
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = settings.INJECTOR_MAX_BODY_BYTES = 1000  # one setting in settings.py
     response = post_review(pods.review(pods.kserve_predictor_pod()))
     assert response.status_code == 413
 
