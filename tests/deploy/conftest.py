@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import free_port
+from tests.support.servers import free_port, process_group_stop
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -174,15 +173,9 @@ class Server:
         raise AssertionError(f"gunicorn did not listen within {timeout_seconds}s:\n{self.log()}")
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        returncode = process_group_stop(self.process, timeout_seconds=30)
         self._log.close()
-        return self.process.returncode
+        return returncode
 
 
 @pytest.fixture

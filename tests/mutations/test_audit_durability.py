@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from tests.support import pods
-from tests.support.servers import database_drop, database_recreate, free_port
+from tests.support.servers import database_drop, database_recreate, free_port, process_group_stop
 
 pytestmark = pytest.mark.slow
 
@@ -119,15 +119,9 @@ class Gunicorn:
         return pids
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        returncode = process_group_stop(self.process, timeout_seconds=60)  # the exit writes the spool
         self._log.close()
-        return self.process.returncode
+        return returncode
 
 
 def get(port: int, path: str, timeout: float = 10) -> tuple[int, bytes]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -40,3 +41,16 @@ def database_drop(url: str) -> None:
     parts = urlsplit(url)
     with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
+
+
+def process_group_stop(process: subprocess.Popen, *, timeout_seconds: float) -> int:
+    """SIGTERM a server started with start_new_session=True (a graceful gunicorn shutdown); SIGKILL its
+    whole process group if it has not ended within timeout_seconds. Returns its exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    return process.returncode
