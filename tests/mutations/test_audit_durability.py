@@ -20,6 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from mutations.audit import SEGMENT_SUFFIXES
 from tests.support import pods
 from tests.support.servers import database_drop, database_recreate, free_port, process_group_stop
 
@@ -247,7 +248,7 @@ def test_admissions_answered_before_sigterm_reach_the_table(durability_database,
     load.stop()
     assert len(load.answered) > 50
     assert uids_present(durability_database, load.answered) == set(load.answered), server.log()
-    assert list(server.spool.glob("*.jsonl")) == []
+    assert [p.name for p in server.spool.iterdir() if p.name.endswith(SEGMENT_SUFFIXES)] == []
 
 
 # --- a PostgreSQL of the test's own, stopped for OUTAGE_SECONDS -------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -57,7 +58,7 @@ def record(uid: str | None = None, **overrides) -> dict:
 
 
 def segments(spool: Path) -> list[Path]:
-    return sorted(spool.glob("*.jsonl")) if spool.exists() else []
+    return sorted(spool.glob(f"*{audit.SEGMENT_SUFFIX}")) if spool.exists() else []
 
 
 def spooling_process(spool: Path, uids: list[str], *, then: str) -> subprocess.Popen:
@@ -87,7 +88,7 @@ def test_submit_spools_the_row_without_writing_the_database(audit_spool_dir):
     audit_record_submit(record=record("uid-1"))
     assert AdmissionAudit.objects.count() == 0
     [segment] = segments(audit_spool_dir)
-    assert b'"request_uid":"uid-1"' in segment.read_bytes()
+    assert b"\tuid-1\t" in segment.read_bytes()
     assert audit_backlog_rows() == 1
 
 
@@ -163,7 +164,8 @@ def test_sealed_segment_keeps_only_the_bytes_of_its_rows(audit_spool_dir):
     [segment] = segments(audit_spool_dir)
     assert segment.stat().st_size == audit.SEGMENT_BYTES  # reserved while open
     audit._spool().seal()
-    assert segment.read_bytes().endswith(b"\n") and segment.read_bytes().count(b"\n") == 1
+    header, row = segment.read_bytes().splitlines(keepends=True)
+    assert header == audit.HEADER and b"\tsealed\t" in row and row.endswith(b"\n")
     assert b"\0" not in segment.read_bytes()
 
 
@@ -199,8 +201,9 @@ def test_row_the_database_refuses_is_set_aside_and_the_others_are_written(audit_
     audit_record_submit(record=record("good-2"))
     assert audit_flush(timeout_seconds=10) == 2
     assert sorted(AdmissionAudit.objects.values_list("request_uid", flat=True)) == ["good-1", "good-2"]
-    rejected = (audit_spool_dir / "rejected").glob("*.jsonl")
-    assert b'"request_uid":"bad"' in b"".join(p.read_bytes() for p in rejected)
+    [rejected] = (audit_spool_dir / "rejected").glob(f"*{audit.SEGMENT_SUFFIX}")
+    header, line = rejected.read_bytes().splitlines(keepends=True)
+    assert header == audit.HEADER and audit._decode(audit._COLUMNS, line)["request_uid"] == "bad"
     assert segments(audit_spool_dir) == []
 
 
@@ -343,3 +346,59 @@ def test_drain_audit_command_refuses_a_non_positive_timeout():
 
     with pytest.raises(CommandError, match="--timeout"):
         call_command("drain_audit", "--timeout", "0")
+
+
+# --- the spool's format: COPY text lines, as PostgreSQL reads them -------------------------------
+
+
+@pytest.mark.django_db
+def test_text_and_json_with_tabs_newlines_and_backslashes_are_stored_exactly():
+    reason = 'annotation "x"\tsaid:\nC:\\models\\qwen\r\\N end \\t'
+    patch = [{"op": "add", "path": "/metadata/annotations/a~1b", "value": 'tab\there "q" \\ back\nline é 漢'}]
+    audit_record_submit(record=record("escapes", reason=reason, patch=patch, pod_name="\\N"))
+    assert audit_flush(timeout_seconds=10) == 1
+    row = AdmissionAudit.objects.get()
+    assert row.reason == reason and row.patch == patch and row.pod_name == "\\N"
+
+
+@pytest.mark.django_db
+def test_segment_from_an_earlier_version_in_json_lines_is_written(audit_spool_dir):
+    """Spooled before the COPY format (one JSON object per line): still written, bad lines set aside."""
+    audit_spool_dir.mkdir(parents=True)
+    old = record("legacy-1")
+    old["created_at"] = old["created_at"].isoformat()
+    del old["replica"]  # a column the earlier version did not have takes its default
+    lines = [json.dumps(old), "{not json", json.dumps({**old, "request_uid": "legacy-2"})]
+    (audit_spool_dir / f"audit-1-1-1{audit.LEGACY_SUFFIX}").write_text("\n".join(lines) + "\n")
+    assert audit_backlog_rows() == 3
+    assert audit_flush(timeout_seconds=10) == 2
+    assert sorted(AdmissionAudit.objects.values_list("request_uid", "replica")) == [("legacy-1", ""), ("legacy-2", "")]
+    [rejected] = (audit_spool_dir / "rejected").glob(f"*{audit.LEGACY_SUFFIX}")
+    assert rejected.read_text() == "{not json\n"
+    assert segments(audit_spool_dir) == [] and audit_backlog_rows() == 0
+
+
+@pytest.mark.django_db
+def test_segment_with_other_columns_is_written_with_todays_defaults(audit_spool_dir):
+    """A segment whose header names other columns (another version): matched by name, not position."""
+    columns = tuple(reversed([c for c in audit._COLUMNS if c != "replica"])) + ("retired_column",)
+    row = record("other-columns", reason="moved\tcolumns", resources_before=[])
+    fields = [audit._field_text(audit._TABLE_COLUMNS[audit._COLUMNS.index(c)], row[c]) for c in columns[:-1]]
+    body = audit._header(columns) + ("\t".join(fields + ["gone"]) + "\n").encode()
+    audit_spool_dir.mkdir(parents=True)
+    (audit_spool_dir / f"audit-1-1-1{audit.SEGMENT_SUFFIX}").write_bytes(body)
+    assert audit_backlog_rows() == 1
+    assert audit_flush(timeout_seconds=10) == 1
+    stored = AdmissionAudit.objects.get()
+    assert (stored.request_uid, stored.reason, stored.replica, stored.vgpu_memory_mib) == (
+        "other-columns", "moved\tcolumns", "", 16384)
+
+
+@pytest.mark.django_db
+def test_batch_with_new_rows_and_a_replayed_one_writes_the_new_ones_once():
+    audit_record_submit(record=record("seen"))
+    audit_flush(timeout_seconds=10)
+    for uid in ("new-1", "seen", "new-2"):
+        audit_record_submit(record=record(uid))
+    assert audit_flush(timeout_seconds=10) == 2
+    assert sorted(AdmissionAudit.objects.values_list("request_uid", flat=True)) == ["new-1", "new-2", "seen"]
