@@ -274,3 +274,20 @@ def test_child_exit_marks_the_worker_dead_for_prometheus(tmp_path, monkeypatch):
     conf = runpy.run_path(str(REPO_ROOT / "injector_site" / "gunicorn_conf.py"))
     conf["child_exit"](None, SimpleNamespace(pid=4242))
     assert sorted(p.name for p in directory.iterdir()) == ["counter_4242.db", "gauge_livesum_4343.db"]
+
+
+@pytest.mark.parametrize("switch, expected_lines", [("true", 2), ("", 0)])
+def test_access_log_lines_only_when_switched_on(hello_app, start_server, switch, expected_lines):
+    server = start_server("hello_app:application", {"TLS_CERT_FILE": "", "TLS_KEY_FILE": "",
+                                                    "GUNICORN_ACCESS_LOG": switch, "LOG_LEVEL": "INFO"}, cwd=hello_app)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    for _ in range(2):
+        conn.request("GET", "/healthz")
+        conn.getresponse().read()
+    conn.close()
+    deadline = time.monotonic() + (5 if expected_lines else 1)
+    while time.monotonic() < deadline and server.log().count('"logger": "gunicorn.access"') < expected_lines:
+        time.sleep(0.1)
+    access = [json.loads(line) for line in server.log().splitlines() if '"gunicorn.access"' in line]
+    assert len(access) == expected_lines
+    assert all("GET /healthz" in entry["message"] for entry in access)
