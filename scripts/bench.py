@@ -218,7 +218,7 @@ def bench_case(*, url: str, audit: bool, tls_dir: Path | None, args, work_root: 
     result["answered"] = warm["requests"] + result["requests"]
     result["non_2xx"] += warm["non_2xx"]
     result["rows"] = audit_rows(url, prefix) if audit else None
-    result["spool_left"] = sum(1 for _ in server.spool.glob("*.jsonl")) if server.spool.exists() else 0
+    result["spool_left"] = sum(1 for p in server.spool.glob("audit-*")) if server.spool.exists() else 0
     return result
 
 
@@ -281,9 +281,14 @@ def main() -> int:
             failures.append(f"{scheme} audit={'on' if audit else 'off'}: {non_2xx} non-2xx answers")
     for scheme in args.schemes.split(","):
         on, off = medians[(scheme, True)], medians[(scheme, False)]
-        verdict = "ok" if on[0] >= 0.75 * off[0] and on[1] < 20 else "BELOW TARGET"
-        print(f"{scheme}: audited/unaudited throughput ratio {on[0] / off[0]:.2f} "
-              f"(target >= 0.75), audited p99 {on[1]:.2f} ms (target < 20 ms): {verdict}")
+        # The host's speed drifts over minutes on a shared machine; each round runs audit off and on
+        # back to back, so the ratio within a round is steadier than the ratio of the medians.
+        paired = [a["rps"] / b["rps"] for a, b in zip(results[(scheme, True)], results[(scheme, False)])]
+        ratio = statistics.median(paired)
+        verdict = "ok" if ratio >= 0.75 and on[1] < 20 else "BELOW TARGET"
+        print(f"{scheme}: audited/unaudited throughput ratio {ratio:.2f} (median of the rounds' ratios "
+              f"{', '.join(f'{r:.2f}' for r in paired)}; target >= 0.75), audited p99 {on[1]:.2f} ms "
+              f"(off: {off[1]:.2f} ms; target < 20 ms): {verdict}")
     print("audit rows: every answered admission is in the table" if not failures else "\n".join(failures))
     print(f"logs and wrk scripts: {work_root}")
     return 1 if failures else 0
