@@ -146,10 +146,10 @@ def _table_columns() -> tuple[_Column, ...]:
             kind = "text"
         else:
             kind = "value"
-        # A field without a default (created_at) encodes as NULL when missing: the NOT NULL column then
-        # refuses the row, which is set aside (quarantined) rather than written with an invented value.
-        columns.append(_Column(f.column, kind, getattr(f, "max_length", None), f.get_default() if f.has_default()
-                               or kind in ("text", "json") else None))
+        # Django's default for a missing value: the field's own, "" for a text field, else None. A
+        # missing created_at thus encodes as NULL, which the NOT NULL column refuses: the row is set
+        # aside (quarantined) rather than written with an invented value.
+        columns.append(_Column(f.column, kind, getattr(f, "max_length", None), f.get_default()))
     return tuple(columns)
 
 
@@ -424,7 +424,7 @@ class Spool:
 def _row_count(data: bytes, *, from_start: bool) -> int:
     """Rows in complete lines of segment bytes; `from_start`: the bytes begin at the file's start (header)."""
     rows = data.count(b"\n")
-    if from_start and data.startswith(b"#") and rows:
+    if from_start and data.startswith(HEADER_PREFIX) and rows:
         rows -= 1
     return rows
 
@@ -446,13 +446,13 @@ def _read_segment(segment: Segment) -> tuple[tuple[str, ...], list[bytes]]:
     lines = [line + b"\n" for line in lines[:-1] if line]
     unreadable = []
     if segment.path.name.endswith(LEGACY_SUFFIX):
-        lines, unreadable = _from_json_lines(lines)
+        lines, unreadable = _reencoded(lines, _json_record)
         if unreadable:
             _quarantine(segment.path.parent, (), unreadable, "not a JSON object")
     elif columns != _COLUMNS:
         # Written by a version with other columns (an upgrade with the spool on a persistent volume):
         # re-encode for today's table, so a column added since takes its default, not NULL.
-        lines, unreadable = _for_current_columns(columns, lines)
+        lines, unreadable = _reencoded(lines, lambda line: _decode(columns, line))
         if unreadable:
             _quarantine(segment.path.parent, columns, unreadable, "fields do not match the header")
         columns = _COLUMNS
@@ -460,27 +460,20 @@ def _read_segment(segment: Segment) -> tuple[tuple[str, ...], list[bytes]]:
     return columns, lines
 
 
-def _from_json_lines(lines: list[bytes]) -> tuple[list[bytes], list[bytes]]:
-    """Rows spooled as JSON objects by an earlier version, as COPY lines for today's columns."""
+def _json_record(line: bytes) -> dict:
+    """A row spooled as a JSON object by an earlier version."""
+    record = json.loads(line)
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    return record
+
+
+def _reencoded(lines: list[bytes], parse) -> tuple[list[bytes], list[bytes]]:
+    """Lines as COPY lines for today's columns, and those `parse` refuses (ValueError)."""
     converted, unreadable = [], []
     for line in lines:
         try:
-            record = json.loads(line)
-        except ValueError:
-            unreadable.append(line)
-            continue
-        if isinstance(record, dict):
-            converted.append(_encode(record))
-        else:
-            unreadable.append(line)
-    return converted, unreadable
-
-
-def _for_current_columns(columns: tuple[str, ...], lines: list[bytes]) -> tuple[list[bytes], list[bytes]]:
-    converted, unreadable = [], []
-    for line in lines:
-        try:
-            converted.append(_encode(_decode(columns, line)))
+            converted.append(_encode(parse(line)))
         except ValueError:
             unreadable.append(line)
     return converted, unreadable
@@ -498,7 +491,7 @@ def _quarantine(directory: Path, columns: tuple[str, ...], lines: list[bytes], e
     target.mkdir(exist_ok=True)
     suffix, header = (SEGMENT_SUFFIX, _header(columns)) if columns else (LEGACY_SUFFIX, b"")
     with open(target / f"rejected-{os.getpid()}{suffix}", "ab") as handle:
-        handle.write(header + b"".join(line if line.endswith(b"\n") else line + b"\n" for line in lines))
+        handle.write(header + b"".join(lines))  # every line keeps its newline
     logger.error("audit rows refused by the database were set aside", extra={
         "rows": len(lines), "directory": str(target), "error": error[:500]})
 
