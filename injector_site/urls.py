@@ -7,7 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from mutations import views as mutation_views
 
 urlpatterns = [
-    path("mutate", mutation_views.MutateView.as_view(), name="mutate"),
+    path("mutate", mutation_views.mutate, name="mutate"),
     path("healthz", mutation_views.healthz, name="healthz"),
     path("readyz", mutation_views.readyz, name="readyz"),
     path("metrics", mutation_views.metrics, name="metrics"),

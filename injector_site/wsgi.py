@@ -1,16 +1,42 @@
-"""
-WSGI config for injector_site project.
+"""The WSGI application gunicorn serves: Django, with POST /mutate answered ahead of it.
 
-It exposes the WSGI callable as a module-level variable named ``application``.
-
-For more information on this file, see
-https://docs.djangoproject.com/en/5.2/howto/deployment/wsgi/
+/mutate is on the path of every Pod creation in the cluster. Django's handler, its middleware and
+signals are for the operators' pages (sessions, CSRF, static files, per-view metrics) and do nothing
+for an AdmissionReview, so `POST /mutate` goes straight to `mutations.views.mutate_answer`, the same
+function Django's `mutate` view calls (which the test client and any other method reach).
 """
+
+from __future__ import annotations
 
 import os
+from http import HTTPStatus
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'injector_site.settings')
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "injector_site.settings")
 
-application = get_wsgi_application()
+django_application = get_wsgi_application()
+
+from django.db import close_old_connections, connections  # noqa: E402  (after Django is set up)
+
+from mutations.views import JSON_HEADERS, MUTATE_PATH, mutate_answer  # noqa: E402
+
+_STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in HTTPStatus}
+
+
+def application(environ, start_response):
+    if environ.get("PATH_INFO") != MUTATE_PATH or environ.get("REQUEST_METHOD") != "POST":
+        return django_application(environ, start_response)
+    try:
+        status_code, body = mutate_answer(content_type=environ.get("CONTENT_TYPE", ""),
+                                          content_length=environ.get("CONTENT_LENGTH"),
+                                          read=environ["wsgi.input"].read)
+    finally:
+        # What Django's request_finished signal does: the first admission in a process reads the
+        # configuration through this thread's connection; keep it only as long as CONN_MAX_AGE and
+        # the health check say. Never inside a transaction (the tests' own).
+        db = connections["default"]
+        if db.connection is not None and not db.in_atomic_block:
+            close_old_connections()
+    start_response(_STATUS_LINES[status_code], [*JSON_HEADERS, ("Content-Length", str(len(body)))])
+    return [body]
