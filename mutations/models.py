@@ -6,6 +6,29 @@ from django.db import models
 from .specs import Decision
 
 
+class StoredJSONField(models.JSONField):
+    """JSON kept as it was written: PostgreSQL `json` (validated text), not `jsonb` (parsed into a tree).
+
+    The audit row's JSON columns are written once and shown whole (the detail page, the API); nothing
+    queries inside them. Parsing them into jsonb was the largest single cost of inserting a row:
+    `scripts/bench-audit-write`, PostgreSQL CPU per row, 42-46 us with jsonb and 30-35 with json
+    (alternating runs on the 2-core development machine). The value reads back as the same Python object; on SQLite
+    (development) it is Django's usual JSON text column. No JSON lookups (`__contains`, key
+    transforms) on these fields: json has no operators for them.
+    """
+
+    def db_type(self, connection):
+        if connection.vendor == "postgresql":
+            return "json"
+        return super().db_type(connection)
+
+    def from_db_value(self, value, expression, connection):
+        # psycopg parses the json type itself (Django registers a text loader for jsonb only).
+        if value is None or isinstance(value, (str, bytes, bytearray)):
+            return super().from_db_value(value, expression, connection)
+        return value
+
+
 class AdmissionAudit(models.Model):
     """What the webhook decided for one AdmissionReview, and why.
 
@@ -33,13 +56,13 @@ class AdmissionAudit(models.Model):
     gpus_requested = models.DecimalField(max_digits=12, decimal_places=3, default=0)
     vgpus_granted = models.PositiveIntegerField(default=0)
     vgpu_memory_mib = models.PositiveBigIntegerField(default=0, help_text="Total MiB granted across vGPUs.")
-    containers = models.JSONField(default=list, help_text="Per container: asked for, granted count, MiB, cores.")
-    resources_before = models.JSONField(
+    containers = StoredJSONField(default=list, help_text="Per container: asked for, granted count, MiB, cores.")
+    resources_before = StoredJSONField(
         default=list, blank=True,
         help_text="Per container as the Pod arrived: name, init, and its resources (limits/requests).",
     )
-    patch = models.JSONField(default=list)
-    warnings = models.JSONField(default=list)
+    patch = StoredJSONField(default=list)
+    warnings = StoredJSONField(default=list)
     dry_run = models.BooleanField(default=False)
     duration_ms = models.FloatField(default=0)
     replica = models.CharField(max_length=253, blank=True)
