@@ -9,6 +9,8 @@ import base64
 import json
 from dataclasses import dataclass
 
+import orjson
+
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 # kubectl prints each warning on a line; the API server truncates long ones. Keep them short.
@@ -88,7 +90,12 @@ def _optional_string(request: dict, key: str) -> str:
 
 
 def encode_patch(ops: list[dict]) -> str:
-    return base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()
+    """The patch as the API server wants it: base64 of its JSON text."""
+    try:
+        text = orjson.dumps(ops)  # about 5 times faster than json.dumps for a Pod's patch
+    except TypeError:  # values orjson refuses (lone surrogates, integers over 64 bits): the standard library takes them
+        text = json.dumps(ops, separators=(",", ":")).encode()
+    return base64.b64encode(text).decode()
 
 
 def review_response(
