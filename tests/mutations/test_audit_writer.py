@@ -71,7 +71,10 @@ def spooling_process(spool: Path, uids: list[str], *, then: str) -> subprocess.P
         for uid in {uids!r}:
             audit_record_submit(record=record(uid))
         print("spooled", flush=True)
-        if {then!r} == "sigkill":
+        if {then!r} == "spare-sigkill":  # killed after its writer had opened the next segment
+            from mutations.audit import _spool
+            _spool().prepare_spare()
+        if {then!r} in ("sigkill", "spare-sigkill"):
             os.kill(os.getpid(), signal.SIGKILL)
         sys.stdin.read()
     """)
@@ -281,14 +284,49 @@ def test_writer_keeps_rows_while_postgresql_is_unreachable_and_writes_them_after
 
 
 @pytest.mark.django_db(transaction=True)
-def test_stopping_the_writer_writes_what_is_pending(fast_writer, settings):
+def test_stopping_the_writer_writes_what_is_pending_and_leaves_an_empty_spool(fast_writer, settings, audit_spool_dir):
     settings.INJECTOR_AUDIT_FLUSH_SECONDS = 3600  # only the exit writes
     audit_writer_start()
-    time.sleep(0.1)
+    wait_for(lambda: audit._spool().spare is not None)  # the writer's first cycle opened the next segment
     for i in range(7):
         audit_record_submit(record=record(f"exit-{i}"))
     assert audit_writer_stop(timeout_seconds=10) == 7
     assert AdmissionAudit.objects.count() == 7
+    assert segments(audit_spool_dir) == [], "no segment is left behind, not even the prepared one"
+
+
+@pytest.mark.django_db
+def test_rows_go_into_the_segment_the_writer_prepared_and_reach_the_table(audit_spool_dir):
+    audit._spool().prepare_spare()
+    [prepared] = segments(audit_spool_dir)
+    assert audit_backlog_rows() == 0, "a prepared segment holds no rows"
+    audit_record_submit(record=record("into-the-spare"))
+    assert segments(audit_spool_dir) == [prepared]
+    assert audit_backlog_rows() == 1
+    assert audit_flush(timeout_seconds=10) == 1
+    assert AdmissionAudit.objects.filter(request_uid="into-the-spare").exists()
+    assert segments(audit_spool_dir) == []
+
+
+@pytest.mark.django_db
+def test_a_row_larger_than_the_prepared_segment_gets_a_segment_of_its_own(audit_spool_dir, monkeypatch):
+    monkeypatch.setattr(audit, "SPARE_MIN_BYTES", 64)
+    audit._spool().prepare_spare()
+    audit_record_submit(record=record("too-big-for-the-spare"))
+    assert len(segments(audit_spool_dir)) == 2, "the small spare stays for a later row"
+    assert audit_flush(timeout_seconds=10) == 1
+    assert AdmissionAudit.objects.filter(request_uid="too-big-for-the-spare").exists()
+
+
+@pytest.mark.django_db
+def test_a_killed_process_with_a_prepared_segment_loses_no_row(audit_spool_dir):
+    process = spooling_process(audit_spool_dir, ["spare-1", "spare-2"], then="spare-sigkill")
+    assert process.wait(timeout=30) == -signal.SIGKILL
+    assert len(segments(audit_spool_dir)) == 2, "its rows' segment and the empty prepared one"
+    assert audit_backlog_rows() == 2
+    assert audit_flush(timeout_seconds=10) == 2
+    assert set(AdmissionAudit.objects.values_list("request_uid", flat=True)) == {"spare-1", "spare-2"}
+    assert segments(audit_spool_dir) == []
 
 
 def _capture(name: str) -> list[logging.LogRecord]:
