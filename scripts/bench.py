@@ -286,9 +286,11 @@ def main() -> int:
         paired = [a["rps"] / b["rps"] for a, b in zip(results[(scheme, True)], results[(scheme, False)])]
         ratio = statistics.median(paired)
         verdict = "ok" if ratio >= 0.75 and on[1] < 20 else "BELOW TARGET"
+        rounds_p99 = {audit: ", ".join(f"{r['p99_ms']:.1f}" for r in results[(scheme, audit)]) for audit in (True, False)}
         print(f"{scheme}: audited/unaudited throughput ratio {ratio:.2f} (median of the rounds' ratios "
               f"{', '.join(f'{r:.2f}' for r in paired)}; target >= 0.75), audited p99 {on[1]:.2f} ms "
-              f"(off: {off[1]:.2f} ms; target < 20 ms): {verdict}")
+              f"(rounds {rounds_p99[True]}; off: {off[1]:.2f} ms, rounds {rounds_p99[False]}; target < 20 ms): "
+              f"{verdict}")
     print("audit rows: every answered admission is in the table" if not failures else "\n".join(failures))
     print(f"logs and wrk scripts: {work_root}")
     return 1 if failures else 0
