@@ -65,12 +65,17 @@ class AuditPage:
     previous_cursor: str | None
 
 
+def _sort_checked(sort: str) -> str:
+    if sort not in SORTS:
+        raise FilterError({"sort": [f"choose one of {', '.join(SORTS)}"]})
+    return sort
+
+
 def audit_page(*, filters: Mapping[str, str] | None = None, sort: str = DEFAULT_SORT, after: str | None = None,
                before: str | None = None, size: int | None = None) -> AuditPage:
     """A page of filtered history in `sort` order, after or before a cursor: n+1 rows fetched, nothing counted."""
     size = size or PAGE_SIZE
-    if sort not in SORTS:
-        raise FilterError({"sort": [f"choose one of {', '.join(SORTS)}"]})
+    _sort_checked(sort)
     field_name = sort.lstrip("-")
     descending = sort.startswith("-")
     queryset = audit_list(filters=filters).only(*LIST_FIELDS)
@@ -120,10 +125,13 @@ def _cursor_decode(cursor: str, field_name: str):
         raise FilterError({"cursor": ["is not a cursor from this page; start again from the first page"]}) from exc
 
 
-def audit_export_rows(*, filters: Mapping[str, str] | None = None, limit: int) -> Iterator[AdmissionAudit]:
-    """Filtered history, newest first, at most `limit` rows, streamed from a server-side cursor."""
+def audit_export_rows(*, filters: Mapping[str, str] | None = None, sort: str = DEFAULT_SORT,
+                      limit: int) -> Iterator[AdmissionAudit]:
+    """Filtered history in `sort` order (the history page's), at most `limit` rows, from a server-side cursor."""
+    field_name = _sort_checked(sort).lstrip("-")
+    order = [f"-{field_name}", "-id"] if sort.startswith("-") else [field_name, "id"]
     queryset = audit_list(filters=filters).only(*LIST_FIELDS, "source", "field", "warnings")
-    return queryset.order_by("-created_at", "-id")[:limit].iterator(chunk_size=2000)
+    return queryset.order_by(*order)[:limit].iterator(chunk_size=2000)
 
 
 # --- overview ----------------------------------------------------------------------------------

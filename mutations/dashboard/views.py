@@ -101,7 +101,8 @@ def history(request):
         query.pop(key, None)
     context = _context(
         request, form=form, page=page, errors=errors, sort=sort, sorts=selectors.SORTS,
-        query=query.urlencode(), filter_query=_urlencode(filters), filters=filters,
+        query=query.urlencode(), filters=filters,
+        export_query=_urlencode({**filters, **({"sort": sort} if sort != selectors.DEFAULT_SORT else {})}),
         choices=selectors.audit_choices(), decisions=[d.value for d in Decision],
     )
     return render(request, "dashboard/history.html", context, status=400 if errors else 200)
@@ -127,7 +128,8 @@ def detail(request, audit_id: int):
 def export_csv(request):
     filters = _filters(request)
     try:
-        rows = selectors.audit_export_rows(filters=filters, limit=EXPORT_MAX_ROWS)
+        rows = selectors.audit_export_rows(filters=filters, sort=request.GET.get("sort") or selectors.DEFAULT_SORT,
+                                           limit=EXPORT_MAX_ROWS)
     except selectors.FilterError as exc:
         return HttpResponseBadRequest(f"bad filter: {exc}", content_type="text/plain")
     response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv; charset=utf-8")

@@ -272,10 +272,26 @@ def test_csv_export_has_the_filtered_rows(staff_client):
     assert denied["reason"] == 'too, many "GPUs"' and denied["decision"] == "denied"
 
 
-def test_csv_export_link_carries_the_history_filters(staff_client):
+def test_csv_export_link_carries_the_history_filters_and_sort(staff_client):
     page = page_of(staff_client.get("/dashboard/history/?namespace=ray&decision=denied&sort=-duration_ms"))
     link = re.search(r'href="(/dashboard/history.csv[^"]*)"', page).group(1).replace("&amp;", "&")
-    assert "namespace=ray" in link and "decision=denied" in link
+    assert "namespace=ray" in link and "decision=denied" in link and "sort=-duration_ms" in link
+
+
+def test_csv_export_rows_come_in_the_order_the_history_shows(staff_client):
+    audit_row(request_uid="small", vgpu_memory_mib=8192, duration_ms=3.0)
+    audit_row(request_uid="large", vgpu_memory_mib=81920, duration_ms=1.0)
+    audit_row(request_uid="medium", vgpu_memory_mib=24576, duration_ms=2.0)
+
+    def exported(query):
+        response = staff_client.get(f"/dashboard/history.csv?{query}")
+        assert response.status_code == 200
+        return [r["request_uid"] for r in csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode()))]
+
+    assert exported("sort=-vgpu_memory_mib") == ["large", "medium", "small"]
+    assert exported("sort=duration_ms") == ["large", "medium", "small"]
+    assert exported("") == ["medium", "large", "small"]  # newest first, as the history opens
+    assert staff_client.get("/dashboard/history.csv?sort=pod_name").status_code == 400
 
 
 def test_csv_export_with_a_bad_filter_is_a_400(staff_client):
