@@ -19,21 +19,18 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.support import pods  # noqa: E402  (realistic Pods, as the API server sends them)
-from tests.support.servers import database_recreate, free_port  # noqa: E402
+from tests.support.servers import GunicornProcess, database_recreate  # noqa: E402
 
-VENV_BIN = Path(sys.executable).parent
 
 LUA = r"""
 -- Post AdmissionReviews, each with a uid of its own; bodies alternate between the Pods below.
@@ -101,61 +98,43 @@ def cpu_seconds() -> dict[str, float]:
     return totals
 
 
-class Server:
+class Server(GunicornProcess):
     def __init__(self, *, url: str, audit: bool, tls_dir: Path | None, work: Path, args) -> None:
-        self.port = free_port()
         self.spool = work / "spool"
-        prometheus = work / "prometheus"
-        self.env = {
-            **os.environ,
+        super().__init__(log_path=work / "gunicorn.log", env={
             "DATABASE_URL": url,
             "DJANGO_SECRET_KEY": "bench-" + os.urandom(16).hex(),
             "INJECTOR_DEV_MODE": "false",
             "INJECTOR_AUDIT_ENABLED": "true" if audit else "false",
             "INJECTOR_AUDIT_SPOOL_DIR": str(self.spool),
-            "PROMETHEUS_MULTIPROC_DIR": str(prometheus),
-            "GUNICORN_BIND": f"127.0.0.1:{self.port}",
+            "PROMETHEUS_MULTIPROC_DIR": str(work / "prometheus"),
             "WEB_CONCURRENCY": str(args.workers),
             "GUNICORN_THREADS": str(args.threads),
             "LOG_LEVEL": args.log_level,
             "TLS_CERT_FILE": str(tls_dir / "tls.crt") if tls_dir else "",
             "TLS_KEY_FILE": str(tls_dir / "tls.key") if tls_dir else "",
             "TLS_CLIENT_CA_FILE": "",
-        }
-        self.log = open(work / "gunicorn.log", "wb")
-        self.process = subprocess.Popen(
-            [str(VENV_BIN / "gunicorn"), "-c", str(REPO / "injector_site" / "gunicorn_conf.py"),
-             "injector_site.wsgi:application"],
-            cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        })
         self.scheme = "https" if tls_dir else "http"
 
     def wait_ready(self) -> None:
         import ssl
         import urllib.request
 
-        context = ssl._create_unverified_context()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SystemExit(f"gunicorn exited with {self.process.returncode}; see {self.log.name}")
-            try:
-                with urllib.request.urlopen(f"{self.scheme}://127.0.0.1:{self.port}/readyz", timeout=2,
-                                            context=context if self.scheme == "https" else None) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        raise SystemExit("gunicorn did not become ready within 60 s")
+        context = ssl._create_unverified_context() if self.scheme == "https" else None
 
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
+        def ready() -> bool:
+            with urllib.request.urlopen(f"{self.scheme}://127.0.0.1:{self.port}/readyz", timeout=2,
+                                        context=context) as response:
+                return response.status == 200
+
         try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        self.log.close()
+            self.wait_until(ready, timeout_seconds=60, what="become ready")
+        except AssertionError as exc:
+            raise SystemExit(f"{exc}".splitlines()[0] + f"; see {self.log_path}") from None
+
+    def stop(self) -> int:
+        return super().stop(timeout_seconds=60)  # SIGTERM: workers write what they spooled
 
 
 WRK_REQUESTS = re.compile(r"(\d+) requests in ([\d.]+)(\w+)")

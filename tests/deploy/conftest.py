@@ -9,12 +9,11 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.servers import free_port, process_group_stop
+from tests.support.servers import GunicornProcess
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -129,53 +128,25 @@ def make_dev_certs(directory: Path, extra_dns: str = "") -> Path:
 # --- gunicorn ---------------------------------------------------------------------
 
 
-class Server:
-    """A gunicorn started from injector_site/gunicorn_conf.py on 127.0.0.1."""
+class Server(GunicornProcess):
+    """A gunicorn started from injector_site/gunicorn_conf.py on 127.0.0.1, serving `app`."""
 
     def __init__(self, app: str, env: dict[str, str], cwd: Path, log_path: Path, argv: list[str] | None = None,
                  port: int | None = None):
-        # With GUNICORN_BIND in env, pass the port it binds first as port.
-        self.port = port or free_port()
-        self.log_path = log_path
-        self.env = {
-            **os.environ,
-            "GUNICORN_BIND": f"127.0.0.1:{self.port}",
+        defaults = {
             "WEB_CONCURRENCY": "2",
             "GUNICORN_THREADS": "2",
             # tests/testenv.py quietens the app's logs; these tests read the server's.
             "LOG_LEVEL": "INFO",
-            **env,
         }
-        self.env["PATH"] = f"{VENV_BIN}{os.pathsep}{self.env.get('PATH', '')}"
-        self.argv = argv or [
-            str(VENV_BIN / "gunicorn"), "-c", str(REPO_ROOT / "injector_site" / "gunicorn_conf.py"), app,
-        ]
-        self._log = open(log_path, "wb")
-        self.process = subprocess.Popen(
-            self.argv, cwd=cwd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
+        super().__init__(env={**defaults, **env}, log_path=log_path, app=app, cwd=cwd, argv=argv, port=port)
 
     def wait_listening(self, timeout_seconds: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_seconds
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"gunicorn exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError(f"gunicorn did not listen within {timeout_seconds}s:\n{self.log()}")
+        def listening() -> bool:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
 
-    def stop(self) -> int:
-        returncode = process_group_stop(self.process, timeout_seconds=30)
-        self._log.close()
-        return returncode
+        self.wait_until(listening, timeout_seconds=timeout_seconds, what="listen")
 
 
 @pytest.fixture

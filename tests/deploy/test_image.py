@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO_ROOT, VENV_BIN, Server, client_context, free_port, make_dev_certs
+from tests.support.servers import free_port
+
+from .conftest import REPO_ROOT, VENV_BIN, Server, client_context, make_dev_certs
 
 IMAGE_UID = 10001
 TEST_DATABASE = "volcano_injector_image_test"

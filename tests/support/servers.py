@@ -1,4 +1,4 @@
-"""What tests and scripts/bench need to run real servers: free ports and throwaway databases."""
+"""What tests and scripts/bench need to run real servers: gunicorn, free ports and throwaway databases."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -54,3 +56,46 @@ def process_group_stop(process: subprocess.Popen, *, timeout_seconds: float) -> 
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
     return process.returncode
+
+
+class GunicornProcess:
+    """gunicorn from injector_site/gunicorn_conf.py on 127.0.0.1, in a process group of its own, its
+    output in a log file. The deploy tests, the audit durability tests and scripts/bench each start
+    it with an environment of their own and wait for it in their own way (`wait_until`)."""
+
+    def __init__(self, *, env: dict[str, str], log_path: Path, app: str = "injector_site.wsgi:application",
+                 cwd: Path = REPO, argv: list[str] | None = None, port: int | None = None) -> None:
+        # With GUNICORN_BIND in env, pass the port it binds first as port.
+        self.port = port or free_port()
+        self.log_path = log_path
+        self.env = {**os.environ, "GUNICORN_BIND": f"127.0.0.1:{self.port}", **env}
+        self.env["PATH"] = f"{VENV_BIN}{os.pathsep}{self.env.get('PATH', '')}"
+        self.argv = argv or [str(VENV_BIN / "gunicorn"), "-c", str(REPO / "injector_site" / "gunicorn_conf.py"), app]
+        self._log = open(log_path, "wb")
+        self.process = subprocess.Popen(self.argv, cwd=cwd, env=self.env, stdout=self._log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def wait_until(self, ready: Callable[[], bool], *, timeout_seconds: float, what: str) -> None:
+        """Poll `ready()` (an OSError counts as not yet) until it is true; fail with the log if gunicorn
+        exits or `timeout_seconds` pass."""
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"gunicorn exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if ready():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"gunicorn did not {what} within {timeout_seconds:g}s:\n{self.log()}")
+
+    def stop(self, *, timeout_seconds: float = 30) -> int:
+        """SIGTERM (a graceful shutdown: workers write their spooled audit rows), SIGKILL after the timeout."""
+        returncode = process_group_stop(self.process, timeout_seconds=timeout_seconds)
+        self._log.close()
+        return returncode
