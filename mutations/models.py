@@ -1,6 +1,5 @@
 """The audit record: one row per answered admission, append-only."""
 
-from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 
 from .specs import Decision
@@ -101,10 +100,10 @@ class AdmissionAudit(models.Model):
             models.Index(fields=["vgpu_memory_mib", "id"], name="audit_memory"),
             # History sorted by duration ("slowest admissions"): ORDER BY duration_ms DESC, id DESC.
             models.Index(fields=["duration_ms", "id"], name="audit_duration"),
-            # History free text on the Pod's name: WHERE pod_name LIKE '%term%' OR generate_name LIKE '%term%'
-            # (trigram GIN indexes; PostgreSQL only, see migration 0002).
-            GinIndex(OpClass("pod_name", name="gin_trgm_ops"), name="audit_pod_name_trgm"),
-            GinIndex(OpClass("generate_name", name="gin_trgm_ops"), name="audit_generate_name_trgm"),
+            # History free text on the Pod's name, WHERE pod_name LIKE '%term%' OR generate_name LIKE
+            # '%term%', uses the trigram GIN indexes audit_pod_name_trgm and audit_generate_name_trgm.
+            # Migration 0002 creates them on PostgreSQL only and they are not declared here: SQLite
+            # rebuilds a table (any AlterField) by re-creating every declared index, and has no GIN.
         ]
 
     def __str__(self) -> str:

@@ -1,11 +1,67 @@
-"""scripts/install-kubectl.sh and scripts/dev-cert.sh."""
+"""scripts/dev (the README's first command), scripts/install-kubectl.sh and scripts/dev-cert.sh."""
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
+import ssl
 import subprocess
+import time
+import urllib.request
+
+from tests.support import pods
+from tests.support.servers import free_port, process_group_stop
 
 from .conftest import REPO_ROOT, find_kubectl, make_dev_certs
+
+# What the test run sets that would point scripts/dev away from its embedded defaults.
+NOT_PASSED_TO_DEV = ("DATABASE_URL", "DB_", "TLS_", "GUNICORN_", "WEB_CONCURRENCY", "INJECTOR_", "PROMETHEUS_",
+                     "DJANGO_", "SQLITE_PATH")
+
+
+def test_dev_serves_the_webhook_on_a_new_sqlite_database_and_audits_it(tmp_path):
+    """The README's first command, on a database of its own: migrations from zero, HTTPS, /mutate, audit."""
+    port = free_port()
+    database = tmp_path / "db.sqlite3"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(NOT_PASSED_TO_DEV)}
+    env.update(SQLITE_PATH=str(database), GUNICORN_BIND=f"127.0.0.1:{port}", LOG_LEVEL="WARNING",
+               INJECTOR_AUDIT_SPOOL_DIR=str(tmp_path / "spool"), PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"))
+    log_path = tmp_path / "dev.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(["bash", "scripts/dev"], cwd=REPO_ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = f"https://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, f"scripts/dev exited with {process.returncode}:\n{log_path.read_text()}"
+            assert time.monotonic() < deadline, f"scripts/dev did not serve in time:\n{log_path.read_text()}"
+            try:
+                context = ssl.create_default_context(cafile=str(REPO_ROOT / "var" / "dev-certs" / "ca.crt"))
+                with urllib.request.urlopen(f"{base}/healthz", context=context, timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except (OSError, ssl.SSLError):
+                time.sleep(0.5)
+        review = pods.review(pods.vllm_deployment_pod())
+        request = urllib.request.Request(f"{base}/mutate", json.dumps(review).encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            answer = json.load(response)["response"]
+        assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
+        uid = review["request"]["uid"]
+        deadline = time.monotonic() + 30
+        while True:  # the writer thread inserts spooled rows every quarter second
+            with sqlite3.connect(database) as db:
+                row = db.execute("SELECT decision FROM mutations_admissionaudit WHERE request_uid = ?", [uid]).fetchone()
+            if row:
+                break
+            assert time.monotonic() < deadline, f"no audit row for {uid}:\n{log_path.read_text()}"
+            time.sleep(0.2)
+        assert row[0] == "mutated"
+    finally:
+        process_group_stop(process, timeout_seconds=30)
 
 
 def run_install(env_path: str, venv: str, kubectl: str = "") -> subprocess.CompletedProcess:

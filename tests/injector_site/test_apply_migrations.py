@@ -15,3 +15,9 @@ def test_apply_migrations_reports_an_up_to_date_schema_and_releases_its_lock(cap
         cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s",
                        [MIGRATION_LOCK_KEY & 0xFFFFFFFF])
         assert cursor.fetchone()[0] == 0
+
+
+@pytest.mark.django_db
+def test_the_models_and_the_migrations_agree(capsys):
+    call_command("makemigrations", check=True, dry_run=True, verbosity=1)  # exits 1 when a migration is missing
+    assert "No changes detected" in capsys.readouterr().out
