@@ -51,11 +51,12 @@ def mutate_answer(*, content_type: str, content_length: str | None, read) -> tup
     media_type = content_type.partition(";")[0].strip().lower()
     if media_type != "application/json":
         return _refused(415, f"Content-Type must be application/json (an AdmissionReview), got {content_type!r}")
+    too_large = f"request body is larger than {limit} bytes (the API server sends at most 3 MiB)"
     if content_length and content_length.isdigit() and int(content_length) > limit:
-        return _refused(413, f"request body is larger than {limit} bytes (the API server sends at most 3 MiB)")
+        return _refused(413, too_large)
     raw = read(limit + 1)
-    if len(raw) > limit:
-        return _refused(413, f"request body is larger than {limit} bytes (the API server sends at most 3 MiB)")
+    if len(raw) > limit:  # no Content-Length (chunked), or one that understated the body
+        return _refused(413, too_large)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
