@@ -11,9 +11,9 @@ class StoredJSONField(models.JSONField):
     The audit row's JSON columns are written once and shown whole (the detail page, the API); nothing
     queries inside them. Parsing them into jsonb was the largest single cost of inserting a row:
     `scripts/bench-audit-write`, PostgreSQL CPU per row, 42-46 us with jsonb and 30-35 with json
-    (alternating runs on the 2-core development machine). The value reads back as the same Python object; on SQLite
-    (development) it is Django's usual JSON text column. No JSON lookups (`__contains`, key
-    transforms) on these fields: json has no operators for them.
+    (alternating runs on the 2-core development machine). The value reads back as the same Python
+    object; on SQLite (development) it is Django's usual JSON text column. No JSON lookups
+    (`__contains`, key transforms) on these fields: json has no operators for them.
     """
 
     def db_type(self, connection):

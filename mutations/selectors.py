@@ -71,6 +71,11 @@ def _sort_checked(sort: str) -> str:
     return sort
 
 
+def _order(field_name: str, *, descending: bool) -> list[str]:
+    """ORDER BY for a sort key, id breaking ties the same way (each sort's index ends with id)."""
+    return [f"-{field_name}", "-id"] if descending else [field_name, "id"]
+
+
 def audit_page(*, filters: Mapping[str, str] | None = None, sort: str = DEFAULT_SORT, after: str | None = None,
                before: str | None = None, size: int | None = None) -> AuditPage:
     """A page of filtered history in `sort` order, after or before a cursor: n+1 rows fetched, nothing counted."""
@@ -91,8 +96,7 @@ def audit_page(*, filters: Mapping[str, str] | None = None, sort: str = DEFAULT_
         else:
             queryset = queryset.filter(Q(**{f"{field_name}__gte": value}),
                                        Q(**{f"{field_name}__gt": value}) | Q(id__gt=last_id))
-    order = [f"-{field_name}", "-id"] if walk_descending else [field_name, "id"]
-    rows = list(queryset.order_by(*order)[: size + 1])
+    rows = list(queryset.order_by(*_order(field_name, descending=walk_descending))[: size + 1])
     more = len(rows) > size
     rows = rows[:size]
     if backwards:
@@ -128,8 +132,7 @@ def _cursor_decode(cursor: str, field_name: str):
 def audit_export_rows(*, filters: Mapping[str, str] | None = None, sort: str = DEFAULT_SORT,
                       limit: int) -> Iterator[AdmissionAudit]:
     """Filtered history in `sort` order (the history page's), at most `limit` rows, from a server-side cursor."""
-    field_name = _sort_checked(sort).lstrip("-")
-    order = [f"-{field_name}", "-id"] if sort.startswith("-") else [field_name, "id"]
+    order = _order(_sort_checked(sort).lstrip("-"), descending=sort.startswith("-"))
     queryset = audit_list(filters=filters).only(*LIST_FIELDS, "source", "field", "warnings")
     return queryset.order_by(*order)[:limit].iterator(chunk_size=2000)
 
