@@ -20,14 +20,17 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import mmap
 import os
 import shutil
 import ssl
+import struct
 import sys
 import threading
 import time
 
 from gunicorn import glogging
+from gunicorn.workers.gthread import ThreadWorker
 
 
 def _env_int(name: str, default: int) -> int:
@@ -70,8 +73,8 @@ bind = [
 
 # gthread keeps the API server's TLS connections open between admission requests;
 # sync workers close after every response, so each request pays a full handshake
-# (about 400 req/s on 2 cores against about 3,500 with keep-alive).
-worker_class = "gthread"
+# (about 400 req/s on 2 cores against about 3,500 with keep-alive). The worker class is
+# BalancedThreadWorker, gthread spreading connections evenly (at the end of this file).
 workers = _env_int("WEB_CONCURRENCY", 2)
 # Two threads a worker: /mutate never waits on I/O (configuration is cached, the audit row is
 # spooled), so more threads only contend for the GIL. scripts/bench, 2 workers: p99 19-23 ms with
@@ -276,7 +279,10 @@ if _tls_cert_file:
 
 
 def on_starting(server) -> None:
-    """Check the TLS files load and empty the Prometheus directory before any worker starts."""
+    """Check the TLS files load, set up the connection counts and empty the Prometheus directory
+    before any worker starts."""
+    # Room for workers added later with TTIN; a worker beyond it accepts as plain gthread does.
+    BalancedThreadWorker.counts = ConnectionCounts(server.cfg.workers + 8)
     if _tls_cert_file:
         # Build the context once in the master, before the workers fork: a missing
         # or mismatched key stops the server here, where the operator sees it, and
@@ -302,7 +308,11 @@ def on_starting(server) -> None:
 
 
 def child_exit(server, worker) -> None:
-    """Tell prometheus_client that a worker is gone, so its live gauges stop counting."""
+    """Free the worker's connection-count slot; tell prometheus_client it is gone, so its live gauges
+    stop counting."""
+    slot = getattr(worker, "balance_slot", None)
+    if BalancedThreadWorker.counts is not None and slot is not None:
+        BalancedThreadWorker.counts.clear(slot)
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR", "").strip():
         return
     from prometheus_client import multiprocess
@@ -346,39 +356,120 @@ def worker_exit(server, worker) -> None:
 
 
 # --- spreading keep-alive connections over the workers ------------------------
+#
+# With keep-alive a connection stays on the worker that accepted it for as long as it lives, and
+# the API server keeps its connections for minutes. Who accepts decides the load of each worker:
+# - one shared listening socket: whichever worker wakes first wins the accept race, and with
+#   scripts/bench all 16 connections sometimes ended on one worker (one core idle, half the req/s);
+# - a SO_REUSEPORT socket per worker (until 2026-12): the kernel spreads connections by address
+#   hash, so the split is a coin toss per connection: 9/7, 11/5, 14/2 and 15/1 in ten bench runs,
+#   and the worker holding more connections sets the p99.
+# The workers now share one listening socket and keep a count of their open connections in memory
+# the master sets up before it forks them (one slot per worker). When the listening socket is
+# readable, a worker that holds more connections than the least busy of the others leaves the
+# connection to it (every worker polls the socket, so the least busy one wakes up too), and the
+# split is even (8/8 for 16 connections). A worker leaves a waiting connection for at most
+# BALANCE_DEFER_SECONDS, then takes it itself: a least busy worker that is stuck in a long request,
+# stopped or dead delays a new connection by that much, not more. A slot not updated for
+# BALANCE_STALE_SECONDS (a worker that died without the master noticing yet) does not count.
 
-# With keep-alive a connection stays on the worker that accepted it, and on one shared
-# listening socket one worker can win every accept race: measured with scripts/bench, all 16
-# connections on one worker in some runs (one core busy, the other idle, half the req/s and
-# twice the p99). With SO_REUSEPORT each worker also listens on a socket of its own (post_fork
-# below) and the kernel spreads new connections over the group by address hash.
-reuse_port = True
+BALANCE_DEFER_SECONDS = 0.02
+BALANCE_STALE_SECONDS = 3.0
 
 
-def post_fork(server, worker) -> None:
-    """Give the worker its own SO_REUSEPORT listener on each TCP address, next to the shared one.
+class ConnectionCounts:
+    """Open connections per worker, in an anonymous shared mapping inherited by the forked workers.
 
-    The shared socket stays in the worker's poll set, so a connection the kernel queues there is
-    accepted as before. TLS is unaffected: gunicorn wraps sockets at accept time, in the worker.
+    Each slot is (connections, last update on the system-wide monotonic clock); 0.0 means free.
     """
-    import socket
 
-    for listener in list(worker.sockets):
-        family = getattr(listener, "FAMILY", None)
-        if family not in (socket.AF_INET, socket.AF_INET6):
-            continue
-        own = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            # As gunicorn's own TCP listener: accepted sockets inherit it, and without it a response
-            # written in two parts waits for the client's delayed ACK (40 ms).
-            own.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            own.bind(listener.getsockname())
-            own.listen(server.cfg.backlog)
-        except OSError as exc:
-            own.close()
-            server.log.warning("worker %s keeps the shared listener only: %s", worker.pid, exc)
-            continue
-        own.setblocking(False)
-        worker.sockets.append(own)
+    _SLOT = struct.Struct("=qd")
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._map = mmap.mmap(-1, slots * self._SLOT.size)  # MAP_SHARED | MAP_ANONYMOUS
+
+    def publish(self, slot: int, connections: int, now: float) -> None:
+        self._SLOT.pack_into(self._map, slot * self._SLOT.size, connections, now)
+
+    def clear(self, slot: int) -> None:
+        self.publish(slot, 0, 0.0)
+
+    def least(self, now: float) -> int | None:
+        """The fewest connections a live worker holds (None: no worker is live)."""
+        live = [count for count, updated in self._SLOT.iter_unpack(self._map)
+                if updated and now - updated <= BALANCE_STALE_SECONDS]
+        return min(live) if live else None
+
+
+class BalancedThreadWorker(ThreadWorker):
+    """gunicorn's gthread worker that leaves new connections to a less busy worker when there is one."""
+
+    counts: ConnectionCounts | None = None  # set in the master (on_starting), inherited by fork
+    balance_slot: int | None = None  # set per worker in the master (pre_fork)
+
+    def init_process(self) -> None:
+        self._deferring_since: float | None = None  # while the listening socket stays readable
+        self._deferred_this_turn = False
+        self._published = (None, 0.0)
+        super().init_process()
+
+    def notify(self) -> None:
+        """Called on every turn of gthread's main loop: keep this worker's count current."""
+        super().notify()
+        if not self._deferred_this_turn:
+            # The last turn found no connection waiting: the one deferred before was taken by
+            # another worker, so the wait for the next one starts from zero.
+            self._deferring_since = None
+        self._deferred_this_turn = False
+        self._publish(time.monotonic())
+
+    def _publish(self, now: float) -> None:
+        if self.counts is None or self.balance_slot is None:
+            return
+        count = self.nr_conns
+        # The count when it changes; the time at least every second, so the slot stays live.
+        if count != self._published[0] or now - self._published[1] >= 1.0:
+            self._published = (count, now)
+            self.counts.publish(self.balance_slot, count, now)
+
+    def accept(self, server, listener) -> None:
+        if self.counts is not None and self.balance_slot is not None:
+            now = time.monotonic()
+            self._publish(now)
+            least = self.counts.least(now)
+            if least is not None and self.nr_conns > least:
+                if self._deferring_since is None:
+                    self._deferring_since = now
+                if now - self._deferring_since < BALANCE_DEFER_SECONDS:
+                    self._deferred_this_turn = True
+                    # The socket stays readable until someone accepts: pause briefly rather than
+                    # spin while the least busy worker wakes up and takes the connection.
+                    time.sleep(0.0005)
+                    return
+            self._deferring_since = None
+        super().accept(server, listener)
+        self._publish(time.monotonic())
+
+    def finish_request(self, fs) -> None:
+        # Runs in the request thread: a closed connection is counted at once, not at the main
+        # loop's next turn (up to a second later when the worker is idle).
+        super().finish_request(fs)
+        self._publish(time.monotonic())
+
+
+worker_class = BalancedThreadWorker
+
+
+def pre_fork(server, worker) -> None:
+    """Give the new worker a free slot in the connection counts (in the master, before the fork)."""
+    counts = BalancedThreadWorker.counts
+    if counts is None:
+        return
+    taken = {w.balance_slot for w in server.WORKERS.values()}
+    free = [slot for slot in range(counts.slots) if slot not in taken]
+    if not free:  # more workers than slots (TTIN): this one accepts whenever it wakes, as gthread does
+        worker.balance_slot = None
+        return
+    worker.balance_slot = free[0]
+    counts.clear(free[0])  # live only once the worker's own loop publishes

@@ -7,8 +7,10 @@ import json
 import os
 import runpy
 import shutil
+import signal
 import ssl
 import time
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -226,7 +228,7 @@ def test_worker_count_threads_and_timeouts_come_from_the_environment(hello_app, 
         time.sleep(0.1)
     log = server.log()
     assert log.count("Booting worker") == 3
-    assert "threads: 5" in log and "timeout: 17" in log and "worker_class: gthread" in log
+    assert "threads: 5" in log and "timeout: 17" in log and "BalancedThreadWorker" in log
 
 
 def test_logs_are_json_lines_on_stdout(tmp_path, hello_app):
@@ -291,3 +293,92 @@ def test_access_log_lines_only_when_switched_on(hello_app, start_server, switch,
     access = [json.loads(line) for line in server.log().splitlines() if '"gunicorn.access"' in line]
     assert len(access) == expected_lines
     assert all("GET /healthz" in entry["message"] for entry in access)
+
+
+# --- keep-alive connections spread evenly over the workers ---------------------------------------
+
+
+def worker_pids(server) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            if parent == server.process.pid:
+                pids.append(int(entry))
+    return pids
+
+
+def wait_workers_serving(server, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server.log().count("Booting worker") < count:
+        time.sleep(0.1)
+    assert server.log().count("Booting worker") == count
+    time.sleep(1.5)  # each worker's main loop publishes its count on its first turns
+
+
+def open_connections(port: int, count: int) -> tuple[list[http.client.HTTPConnection], Counter]:
+    """Connect `count` keep-alive connections at once (as wrk and the API server do), then ask each
+    which worker serves it. The connections stay open."""
+    conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(count)]
+    for conn in conns:
+        conn.connect()
+    pids = Counter()
+    for conn in conns:
+        conn.request("GET", "/who")
+        response = conn.getresponse()
+        assert response.status == 200
+        pids[int(response.read().decode().split()[0])] += 1
+    return conns, pids
+
+
+def test_keep_alive_connections_are_spread_evenly_over_the_workers(hello_app, start_server):
+    """A connection stays on the worker that accepted it: an uneven split leaves one worker with most
+    of the load (with one SO_REUSEPORT socket per worker, 15/1 was seen)."""
+    server = start_server("hello_app:application", {"WEB_CONCURRENCY": "2"}, cwd=hello_app)
+    wait_workers_serving(server, 2)
+    for _ in range(3):
+        conns, pids = open_connections(server.port, 16)
+        assert len(pids) == 2 and max(pids.values()) - min(pids.values()) <= 1, pids
+        for conn in conns:
+            conn.close()
+        time.sleep(0.5)  # the workers notice the closed connections
+
+
+def test_a_stopped_worker_delays_new_connections_only_briefly(hello_app, start_server):
+    """The least busy worker is stopped (stuck in a long request, say): the other one takes new
+    connections after a short wait instead of leaving them queued for it."""
+    server = start_server("hello_app:application", {"WEB_CONCURRENCY": "2"}, cwd=hello_app)
+    wait_workers_serving(server, 2)
+    first, pids = open_connections(server.port, 1)
+    [busy] = pids
+    [idle] = [pid for pid in worker_pids(server) if pid != busy]
+    os.kill(idle, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        more, pids = open_connections(server.port, 3)
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(idle, signal.SIGCONT)
+    assert pids == {busy: 3}
+    assert elapsed < 1.0, f"3 new connections took {elapsed:.2f} s"
+    for conn in first + more:
+        conn.close()
+
+
+def test_connection_counts_ignore_free_and_stale_slots(monkeypatch):
+    for var in ("TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    conf = runpy.run_path(str(REPO_ROOT / "injector_site" / "gunicorn_conf.py"))
+    counts = conf["ConnectionCounts"](4)
+    now = time.monotonic()
+    assert counts.least(now) is None  # no worker has published yet
+    counts.publish(0, 5, now)
+    counts.publish(1, 2, now - conf["BALANCE_STALE_SECONDS"] - 1)  # a worker that stopped updating
+    counts.publish(2, 3, now)
+    assert counts.least(now) == 3
+    counts.clear(2)  # the master freed its slot (child_exit)
+    assert counts.least(now) == 5
