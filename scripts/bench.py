@@ -227,8 +227,11 @@ def main() -> int:
     cases = [(scheme, audit) for scheme in args.schemes.split(",") for audit in (False, True)]
     results: dict[tuple[str, bool], list[dict]] = {case: [] for case in cases}
     index = 0
-    for _ in range(args.repeat):
-        for scheme, audit in cases:
+    for round_ in range(args.repeat):
+        # Audit off then on in even rounds, on then off in odd ones: the host's speed drifts over
+        # minutes, and a fixed order would hand the drift to one side of every pair.
+        order = cases if round_ % 2 == 0 else [(scheme, not audit) for scheme, audit in cases]
+        for scheme, audit in order:
             index += 1
             results[(scheme, audit)].append(bench_case(
                 url=args.database_url, audit=audit, tls_dir=tls_dir if scheme == "https" else None,
