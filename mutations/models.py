@@ -101,9 +101,10 @@ class AdmissionAudit(models.Model):
             # History sorted by duration ("slowest admissions"): ORDER BY duration_ms DESC, id DESC.
             models.Index(fields=["duration_ms", "id"], name="audit_duration"),
             # History free text on the Pod's name, WHERE pod_name LIKE '%term%' OR generate_name LIKE
-            # '%term%', uses the trigram GIN indexes audit_pod_name_trgm and audit_generate_name_trgm.
-            # Migration 0002 creates them on PostgreSQL only and they are not declared here: SQLite
-            # rebuilds a table (any AlterField) by re-creating every declared index, and has no GIN.
+            # '%term%', uses the trigram GIN index audit_pod_names_trgm on both columns (one bitmap scan
+            # of it per column). Migrations 0002 and 0006 create it on PostgreSQL only and it is not
+            # declared here: SQLite rebuilds a table (any AlterField) by re-creating every declared
+            # index, and has no GIN.
         ]
 
     def __str__(self) -> str:

@@ -1,4 +1,4 @@
-"""Migration 0005: the audit JSON columns become `json`; rows written before read back unchanged, both ways."""
+"""Audit migrations that change the database only: 0005 (JSON columns as `json`), 0006 (one trigram index)."""
 
 import json
 
@@ -64,3 +64,29 @@ def test_rows_written_as_jsonb_read_back_the_same_after_0005_and_after_reversing
 def _latest() -> str:
     executor = MigrationExecutor(connection)
     return max(name for app, name in executor.loader.graph.leaf_nodes() if app == "mutations")
+
+
+def trigram_indexes() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'mutations_admissionaudit' "
+                       "AND indexdef LIKE '%%gin_trgm_ops%%'")
+        return dict(cursor.fetchall())
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_0006_leaves_one_trigram_index_on_both_name_columns_and_reverses_to_two():
+    try:
+        migrate(("mutations", "0005_audit_json_columns_as_json"))
+        assert sorted(trigram_indexes()) == ["audit_generate_name_trgm", "audit_pod_name_trgm"]
+        migrate(("mutations", "0006_audit_one_trigram_index"))
+        [(name, definition)] = trigram_indexes().items()
+        assert name == "audit_pod_names_trgm"
+        assert "pod_name gin_trgm_ops, generate_name gin_trgm_ops" in definition
+        AdmissionAudit.objects.create(created_at="2026-12-02T10:00:00Z", request_uid="trgm", decision="mutated",
+                                      generate_name="qwen-7b-5d9f8b7c6d-")
+        assert list(AdmissionAudit.objects.filter(generate_name__contains="5d9f8").values_list(
+            "request_uid", flat=True)) == ["trgm"]
+        migrate(("mutations", "0005_audit_json_columns_as_json"))
+        assert sorted(trigram_indexes()) == ["audit_generate_name_trgm", "audit_pod_name_trgm"]
+    finally:
+        migrate(("mutations", _latest()))

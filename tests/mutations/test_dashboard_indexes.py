@@ -61,7 +61,7 @@ def explain(sql: str) -> str:
         ({"preset": "llm-70b"}, "-created_at", "audit_preset_created"),
         ({"user": "carol@example.com"}, "-created_at", "audit_user_created"),
         ({"namespace": "team-a", "decision": "denied"}, "-created_at", "audit_"),
-        ({"q": "no-such-pod"}, "-created_at", "_name_trgm"),
+        ({"q": "no-such-pod"}, "-created_at", "audit_pod_names_trgm"),
         ({}, "-vgpu_memory_mib", "audit_memory"),
         ({}, "-duration_ms", "audit_duration"),
     ],
