@@ -298,20 +298,6 @@ def test_access_log_lines_only_when_switched_on(hello_app, start_server, switch,
 # --- keep-alive connections spread evenly over the workers ---------------------------------------
 
 
-def worker_pids(server) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError):
-                continue
-            if parent == server.process.pid:
-                pids.append(int(entry))
-    return pids
-
-
 def wait_workers_serving(server, count: int) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and server.log().count("Booting worker") < count:
@@ -355,7 +341,7 @@ def test_a_stopped_worker_delays_new_connections_only_briefly(hello_app, start_s
     wait_workers_serving(server, 2)
     first, pids = open_connections(server.port, 1)
     [busy] = pids
-    [idle] = [pid for pid in worker_pids(server) if pid != busy]
+    [idle] = [pid for pid in server.worker_pids() if pid != busy]
     os.kill(idle, signal.SIGSTOP)
     try:
         started = time.monotonic()

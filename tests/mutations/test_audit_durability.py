@@ -81,18 +81,6 @@ class Gunicorn(GunicornProcess):
         self.wait_until(lambda: get(self.port, "/readyz")[0] == 200, timeout_seconds=timeout_seconds,
                         what="become ready")
 
-    def worker_pids(self) -> list[int]:
-        """The master's children, from /proc (no procps needed on a fresh machine)."""
-        pids = []
-        for entry in os.listdir("/proc"):
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
-            except OSError:
-                continue
-            if stat and int(stat[stat.rindex(")") + 2:].split()[1]) == self.process.pid:
-                pids.append(int(entry))
-        return pids
-
     def stop(self, *, timeout_seconds: float = 60) -> int:
         return super().stop(timeout_seconds=timeout_seconds)  # the exit writes the spool
 

@@ -94,6 +94,18 @@ class GunicornProcess:
             time.sleep(0.1)
         raise AssertionError(f"gunicorn did not {what} within {timeout_seconds:g}s:\n{self.log()}")
 
+    def worker_pids(self) -> list[int]:
+        """The master's children, from /proc (no procps needed on a fresh machine)."""
+        pids = []
+        for entry in os.listdir("/proc"):
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+            except OSError:
+                continue
+            if stat and int(stat[stat.rindex(")") + 2:].split()[1]) == self.process.pid:
+                pids.append(int(entry))
+        return pids
+
     def stop(self, *, timeout_seconds: float = 30) -> int:
         """SIGTERM (a graceful shutdown: workers write their spooled audit rows), SIGKILL after the timeout."""
         returncode = process_group_stop(self.process, timeout_seconds=timeout_seconds)
