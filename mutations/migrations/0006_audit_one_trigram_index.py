@@ -11,11 +11,15 @@ admissions are answered meanwhile and their audit rows wait in the spool. Postgr
 migration 0002, which created the two indexes: SQLite (development) has no trigram index.
 """
 
+import importlib
+
 from django.db import migrations
+
+# The two single-column indexes are 0002's: its helpers create and drop them, here in reverse.
+_single = importlib.import_module("mutations.migrations.0002_audit_history")
 
 TABLE = "mutations_admissionaudit"
 MERGED = "audit_pod_names_trgm"
-SINGLE = {"audit_pod_name_trgm": "pod_name", "audit_generate_name_trgm": "generate_name"}
 
 
 def merge(apps, schema_editor):
@@ -23,15 +27,13 @@ def merge(apps, schema_editor):
         return
     schema_editor.execute(f'CREATE INDEX IF NOT EXISTS "{MERGED}" ON "{TABLE}" '
                           'USING gin ("pod_name" gin_trgm_ops, "generate_name" gin_trgm_ops)')
-    for name in SINGLE:
-        schema_editor.execute(f'DROP INDEX IF EXISTS "{name}"')
+    _single.drop_trigram_indexes(apps, schema_editor)
 
 
 def split(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
-    for name, column in SINGLE.items():
-        schema_editor.execute(f'CREATE INDEX IF NOT EXISTS "{name}" ON "{TABLE}" USING gin ("{column}" gin_trgm_ops)')
+    _single.create_trigram_indexes(apps, schema_editor)
     schema_editor.execute(f'DROP INDEX IF EXISTS "{MERGED}"')
 
 
