@@ -361,9 +361,9 @@ def worker_exit(server, worker) -> None:
 # the API server keeps its connections for minutes. Who accepts decides the load of each worker:
 # - one shared listening socket: whichever worker wakes first wins the accept race, and with
 #   scripts/bench all 16 connections sometimes ended on one worker (one core idle, half the req/s);
-# - a SO_REUSEPORT socket per worker (until 2026-12): the kernel spreads connections by address
-#   hash, so the split is a coin toss per connection: 9/7, 11/5, 14/2 and 15/1 in ten bench runs,
-#   and the worker holding more connections sets the p99.
+# - a SO_REUSEPORT socket per worker (this file's earlier setup): the kernel spreads connections
+#   by address hash, so the split is a coin toss per connection: 9/7, 11/5, 14/2 and 15/1 in ten
+#   bench runs, and the worker holding more connections sets the p99.
 # The workers now share one listening socket and keep a count of their open connections in memory
 # the master sets up before it forks them (one slot per worker). When the listening socket is
 # readable, a worker that holds more connections than the least busy of the others leaves the
