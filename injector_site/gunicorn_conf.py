@@ -8,8 +8,8 @@ Environment (defaults in brackets):
   GUNICORN_THREADS [2]               GUNICORN_TIMEOUT [30] seconds
   GUNICORN_GRACEFUL_TIMEOUT [25]     GUNICORN_KEEPALIVE [120] seconds
   TLS_CERT_FILE + TLS_KEY_FILE       both set: HTTPS; both unset: plain HTTP (dev, benchmarks)
-  TLS_CLIENT_CA_FILE                 optional, comma-separated: require a client certificate
-                                     signed by one of these CAs (mTLS)
+  TLS_CLIENT_CA_FILE                 optional, comma-separated: verify client certificates against
+                                     these CAs; POST /mutate then needs one (mTLS)
   TLS_RELOAD_INTERVAL_SECONDS [1]    how often a worker may stat the certificate files
   PROMETHEUS_MULTIPROC_DIR           created and emptied at start; dead workers are marked
   LOG_LEVEL [INFO]                   GUNICORN_ACCESS_LOG [off]
@@ -191,7 +191,12 @@ if _tls_cert_file:
         # gunicorn's own factory takes one CA file; the ssl_context hook below loads
         # every file in the list, so the first one is enough here.
         ca_certs = _tls_client_ca_files[0]
-        cert_reqs = ssl.CERT_REQUIRED
+        # OPTIONAL, not REQUIRED: every client is asked for a certificate and a handshake
+        # with one that does not verify fails, but a client without one connects. The
+        # app then refuses POST /mutate on such a connection (mutations/views.py), while
+        # the kubelet's probes, Prometheus and browsers on the UI port, which have no
+        # client certificate, still get through.
+        cert_reqs = ssl.CERT_OPTIONAL
 
 
 class ReloadingSSLContext:

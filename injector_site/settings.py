@@ -276,6 +276,10 @@ INJECTOR_CONFIG_RECHECK_SECONDS = float(env("INJECTOR_CONFIG_RECHECK_SECONDS", "
 # Listening ports that serve only /mutate and the probes (the Deployment's webhook port, 8443);
 # the admin, dashboard and API are then reached on the UI port alone. Empty: every port serves all.
 INJECTOR_WEBHOOK_ONLY_PORTS = [int(p) for p in env_list("INJECTOR_WEBHOOK_ONLY_PORTS")]
+# mTLS: with TLS_CLIENT_CA_FILE set (read by injector_site/gunicorn_conf.py, which verifies any client
+# certificate presented against those CAs), POST /mutate answers only connections that presented one;
+# the probes, /metrics and the UI port do not need one (the kubelet and browsers have none).
+INJECTOR_MUTATE_REQUIRES_CLIENT_CERT = bool(os.environ.get("TLS_CLIENT_CA_FILE", "").strip(" ,"))
 # Which replica answered, recorded in each audit row.
 INJECTOR_REPLICA = env("POD_NAME") or socket.gethostname()
 # Bearer token that /metrics requires when set.

@@ -30,7 +30,7 @@ def application(environ, start_response):
     try:
         status_code, body = mutate_answer(content_type=environ.get("CONTENT_TYPE", ""),
                                           content_length=environ.get("CONTENT_LENGTH"),
-                                          read=environ["wsgi.input"].read)
+                                          read=environ["wsgi.input"].read, environ=environ)
     finally:
         # What Django's request_finished signal does: the first admission in a process reads the
         # configuration through this thread's connection; keep it only as long as CONN_MAX_AGE and

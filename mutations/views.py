@@ -41,12 +41,18 @@ JSON_HEADERS = (("Content-Type", "application/json"),)
 MAX_NESTING = 100
 
 
-def mutate_answer(*, content_type: str, content_length: str | None, read) -> tuple[int, bytes]:
-    """Answer one POST /mutate: (HTTP status, JSON body). `read(n)` returns up to n bytes of the body.
+def mutate_answer(*, content_type: str, content_length: str | None, read, environ: dict) -> tuple[int, bytes]:
+    """Answer one POST /mutate: (HTTP status, JSON body). `read(n)` returns up to n bytes of the body;
+    `environ` is the request's WSGI environ (Django's request.META).
 
     The answer is always JSON: an AdmissionReview (200), or {"detail": ...} naming what was wrong
-    with the request (400 not an AdmissionReview or not JSON, 413 too large, 415 not JSON).
+    with the request (400 not an AdmissionReview or not JSON, 403 no client certificate while mTLS
+    is configured, 413 too large, 415 not JSON).
     """
+    if settings.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT and not client_certificate_presented(environ):
+        return _refused(403, "POST /mutate needs a TLS client certificate signed by a CA in TLS_CLIENT_CA_FILE "
+                             "(mTLS is on); this connection presented none. Give the API server one in its "
+                             "admission configuration (deploy/README.md, mTLS)")
     limit = settings.INJECTOR_MAX_BODY_BYTES
     media_type = content_type.partition(";")[0].strip().lower()
     if media_type != "application/json":
@@ -69,6 +75,23 @@ def mutate_answer(*, content_type: str, content_length: str | None, read) -> tup
     except admission.BadReview as exc:
         return _refused(400, f"not an AdmissionReview: {exc}")
     return 200, orjson.dumps(answer)
+
+
+def client_certificate_presented(environ: dict) -> bool:
+    """Whether the request came on a TLS connection whose client presented a certificate.
+
+    gunicorn puts the connection's socket in the environ. With TLS_CLIENT_CA_FILE set it asks every
+    client for a certificate and ends the handshake when one does not verify against those CAs
+    (injector_site/gunicorn_conf.py), so a certificate present here is a verified one. Anything else
+    (plain HTTP, no socket: Django's test client, runserver) counts as none.
+    """
+    getpeercert = getattr(environ.get("gunicorn.socket"), "getpeercert", None)
+    if getpeercert is None:
+        return False
+    try:
+        return bool(getpeercert(binary_form=True))
+    except (ValueError, OSError):  # not connected, or no handshake
+        return False
 
 
 def _nested_deeper_than(limit: int, raw: bytes, body: object) -> bool:
@@ -100,7 +123,8 @@ def mutate(request):
         response["Allow"] = "POST"
         return response
     status_code, body = mutate_answer(content_type=request.META.get("CONTENT_TYPE", ""),
-                                      content_length=request.META.get("CONTENT_LENGTH"), read=request.read)
+                                      content_length=request.META.get("CONTENT_LENGTH"), read=request.read,
+                                      environ=request.META)
     return HttpResponse(body, status=status_code, content_type="application/json")
 
 

@@ -113,6 +113,25 @@ def test_mutate_needs_no_session_the_api_server_is_authenticated_by_tls(post_rev
     assert response.status_code == 200
 
 
+@pytest.mark.django_db
+def test_with_mtls_on_mutate_without_a_client_certificate_is_refused_and_writes_no_audit_row(post_review, settings):
+    from mutations.models import AdmissionAudit
+
+    settings.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT = True
+    response = post_review(pods.review(pods.vllm_deployment_pod()))  # Django's test client: no TLS at all
+    assert response.status_code == 403
+    assert "client certificate" in response.json()["detail"]
+    assert not AdmissionAudit.objects.exists()
+
+
+def test_mtls_is_on_exactly_when_a_client_ca_file_is_set(tmp_path):
+    script = "import django; django.setup(); from django.conf import settings as s; print(s.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT)"
+    for value, expected in (("", "False"), (" , ", "False"), ("/etc/ca.crt", "True"), ("/a.crt,/b.crt", "True")):
+        result = run_python(script, {**production_env(tmp_path), "TLS_CLIENT_CA_FILE": value})
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == expected, value
+
+
 def test_metrics_without_a_token_configured_are_open_to_whoever_the_network_policy_lets_in(client, settings):
     # The documented choice: a token when METRICS_TOKEN is set (a deploy check warns when it is not),
     # and the NetworkPolicy in deploy/ in any case.
@@ -138,7 +157,7 @@ def test_request_body_over_the_cap_is_refused_everywhere(admin_client, settings,
 
 
 @pytest.mark.slow
-def test_webhook_requires_the_api_servers_client_certificate_when_a_client_ca_is_set(tmp_path):
+def test_mutate_requires_the_api_servers_client_certificate_when_a_client_ca_is_set(tmp_path):
     from tests.deploy.conftest import Server, client_context, make_dev_certs
 
     server_certs = make_dev_certs(tmp_path / "server")
@@ -153,22 +172,33 @@ def test_webhook_requires_the_api_servers_client_certificate_when_a_client_ca_is
         server.wait_listening()
         body = json.dumps(pods.review(pods.vllm_deployment_pod()))
 
-        def post(context: ssl.SSLContext) -> tuple[int, dict]:
+        def call(context: ssl.SSLContext, method: str = "POST", path: str = "/mutate") -> tuple[int, bytes]:
             conn = http.client.HTTPSConnection("localhost", server.port, context=context, timeout=30)
             try:
-                conn.request("POST", "/mutate", body, {"Content-Type": "application/json"})
+                conn.request(method, path, body if method == "POST" else None, {"Content-Type": "application/json"})
                 response = conn.getresponse()
-                return response.status, json.loads(response.read())
+                return response.status, response.read()
             finally:
                 conn.close()
 
+        without_certificate = client_context(server_certs / "ca.crt")
+        # No client certificate: the connection is accepted, but /mutate is refused and says why.
+        status, answer = call(without_certificate)
+        assert status == 403, answer
+        answer = json.loads(answer)
+        assert "client certificate" in answer["detail"] and "TLS_CLIENT_CA_FILE" in answer["detail"]
+        # A certificate from a CA it does not trust ends the handshake.
         with pytest.raises((ssl.SSLError, ConnectionError)):
-            post(client_context(server_certs / "ca.crt"))
-        with pytest.raises((ssl.SSLError, ConnectionError)):  # a certificate from a CA it does not trust
-            post(client_context(server_certs / "ca.crt", server_certs / "client.crt", server_certs / "client.key"))
-        status, answer = post(client_context(server_certs / "ca.crt", api_server / "client.crt",
+            call(client_context(server_certs / "ca.crt", server_certs / "client.crt", server_certs / "client.key"))
+        # The API server's certificate gets the AdmissionReview answered.
+        status, answer = call(client_context(server_certs / "ca.crt", api_server / "client.crt",
                                              api_server / "client.key"))
+        answer = json.loads(answer)
         assert status == 200 and answer["kind"] == "AdmissionReview", answer
         assert answer["response"]["uid"] == json.loads(body)["request"]["uid"]
+        # The kubelet's probes have no client certificate and still pass.
+        assert call(without_certificate, "GET", "/healthz")[0] == 200
+        status, ready = call(without_certificate, "GET", "/readyz")
+        assert status == 200 and json.loads(ready)["status"] == "ok", ready
     finally:
         server.stop()

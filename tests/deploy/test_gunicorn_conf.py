@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -22,9 +23,13 @@ from .conftest import (
 
 # A WSGI app with no Django, so these tests need nothing but gunicorn.
 HELLO_APP = '''
+import hashlib
 import os
 def application(environ, start_response):
     body = ("%s %s" % (os.getpid(), environ["PATH_INFO"])).encode()
+    if environ["PATH_INFO"] == "/peer":  # the client certificate of this connection, if it presented one
+        der = environ["gunicorn.socket"].getpeercert(binary_form=True)
+        body = hashlib.sha256(der).hexdigest().encode() if der else b"none"
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
     return [body]
 '''
@@ -178,19 +183,30 @@ def test_one_connection_serves_many_requests(tmp_path, hello_app, start_server):
     conn.close()
 
 
-def test_client_ca_requires_a_client_certificate(tmp_path, hello_app, start_server):
+def test_client_ca_verifies_client_certificates_and_passes_them_to_the_app(tmp_path, hello_app, start_server):
     certs = make_dev_certs(tmp_path / "a")
     other = make_dev_certs(tmp_path / "other")
+    stranger = make_dev_certs(tmp_path / "stranger")
     volume = SecretVolume(tmp_path / "tls")
     volume.publish({"tls.crt": certs / "tls.crt", "tls.key": certs / "tls.key", "ca.crt": certs / "ca.crt"})
     # two CA files: the API server's client CA (here "other") and the Pod's own
     env = tls_env(volume, TLS_CLIENT_CA_FILE=f"{other / 'ca.crt'},{volume.path('ca.crt')}")
     server = start_server("hello_app:application", env, cwd=hello_app)
 
+    def fingerprint(cert: Path) -> str:
+        return hashlib.sha256(pem_to_der(cert)).hexdigest()
+
+    # A certificate from a CA not in the list ends the handshake.
     with pytest.raises((ssl.SSLError, ConnectionError)):
-        https_get(server.port, "/mutate", client_context(certs / "ca.crt"))
-    assert https_get(server.port, "/mutate", client_context(certs / "ca.crt", certs / "client.crt", certs / "client.key"))[0] == 200
-    assert https_get(server.port, "/mutate", client_context(certs / "ca.crt", other / "client.crt", other / "client.key"))[0] == 200
+        https_get(server.port, "/peer", client_context(certs / "ca.crt", stranger / "client.crt", stranger / "client.key"))
+    # One from either listed CA reaches the app, which sees which one it was.
+    assert https_get(server.port, "/peer", client_context(certs / "ca.crt", other / "client.crt", other / "client.key")) \
+        == (200, fingerprint(other / "client.crt"))
+    assert https_get(server.port, "/peer", client_context(certs / "ca.crt", certs / "client.crt", certs / "client.key")) \
+        == (200, fingerprint(certs / "client.crt"))
+    # None at all (the kubelet's probes, a browser) connects; the app sees none and decides
+    # (the injector refuses POST /mutate then: tests/test_security.py).
+    assert https_get(server.port, "/peer", client_context(certs / "ca.crt")) == (200, "none")
 
 
 def test_without_tls_files_it_serves_plain_http(hello_app, start_server):
