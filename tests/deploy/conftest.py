@@ -27,6 +27,7 @@ COMPONENT_COMBINATIONS = [
     ("components/all-pods",),
     ("components/fail-closed",),
     ("components/all-pods", "components/fail-closed"),
+    ("components/mtls",),
 ]
 
 

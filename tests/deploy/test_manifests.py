@@ -24,6 +24,7 @@ BUILD_NAMES = [
     "overlays/production+all-pods",
     "overlays/production+fail-closed",
     "overlays/production+all-pods+fail-closed",
+    "overlays/production+mtls",
 ]
 
 
@@ -149,6 +150,24 @@ def test_fail_closed_component_switches_both_settings(builds):
     assert find_prefixed(objects, "ConfigMap", "volcano-injector-config")["data"]["INJECTOR_FAILURE_POLICY"] == "Fail"
     _, default_hook = webhook(builds["overlays/production"])
     assert default_hook["failurePolicy"] == "Ignore"
+
+
+def test_mtls_component_mounts_the_client_ca_where_the_server_reads_it(builds):
+    objects = builds["overlays/production+mtls"]
+    config = find_prefixed(objects, "ConfigMap", "volcano-injector-config")["data"]
+    ca_file = config["TLS_CLIENT_CA_FILE"]
+    container = injector_container(objects)
+    assert config["INJECTOR_FAILURE_POLICY"] == "Ignore"  # merged into, not replacing, the base's settings
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    mount = mounts[posixpath.dirname(ca_file)]
+    assert mount.get("readOnly") and "subPath" not in mount  # a whole directory: ConfigMap updates arrive
+    volumes = {v["name"]: v for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mount["name"]]["configMap"]["name"] == "volcano-injector-client-ca"
+    assert posixpath.basename(ca_file) == "ca.crt"
+    # the other mounts are still there (a strategic merge by name, not a replaced list)
+    assert set(mounts) > {m["mountPath"] for m in injector_container(builds["overlays/production"])["volumeMounts"]}
+    assert "TLS_CLIENT_CA_FILE" not in find_prefixed(builds["overlays/production"], "ConfigMap",
+                                                     "volcano-injector-config")["data"]
 
 
 def test_namespace_selector_excludes_system_namespaces_and_its_own(build):
