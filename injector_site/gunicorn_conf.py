@@ -32,6 +32,14 @@ import time
 from gunicorn import glogging
 from gunicorn.workers.gthread import ThreadWorker
 
+# Imported here, not in child_exit: the master runs child_exit from its SIGCHLD handler, which
+# Python re-enters when a second worker exits meanwhile (two workers stopping together, as on every
+# SIGTERM). A first import interrupted that way leaves the module half-initialised and the nested
+# one fails with ImportError, which ended the master with status 1 while workers were still
+# writing their audit rows. Importing it does not choose the metrics' storage: the workers import
+# the app, and with it the metrics, after the fork.
+from prometheus_client import multiprocess as prometheus_multiprocess
+
 
 def _env_int(name: str, default: int) -> int:
     """Read a positive integer from the environment, failing loudly on garbage."""
@@ -314,15 +322,14 @@ def on_starting(server) -> None:
 
 def child_exit(server, worker) -> None:
     """Free the worker's connection-count slot; tell prometheus_client it is gone, so its live gauges
-    stop counting."""
+    stop counting. Runs in the master's SIGCHLD handler, which can interrupt itself: nothing here
+    may import or take a lock."""
     slot = getattr(worker, "balance_slot", None)
     if BalancedThreadWorker.counts is not None and slot is not None:
         BalancedThreadWorker.counts.clear(slot)
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR", "").strip():
         return
-    from prometheus_client import multiprocess
-
-    multiprocess.mark_process_dead(worker.pid)
+    prometheus_multiprocess.mark_process_dead(worker.pid)
 
 
 # --- audit writer --------------------------------------------------------------

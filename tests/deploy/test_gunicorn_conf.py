@@ -10,6 +10,8 @@ import runpy
 import shutil
 import signal
 import ssl
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -292,6 +294,35 @@ def test_child_exit_marks_the_worker_dead_for_prometheus(tmp_path, monkeypatch):
     conf = runpy.run_path(str(REPO_ROOT / "injector_site" / "gunicorn_conf.py"))
     conf["child_exit"](None, SimpleNamespace(pid=4242))
     assert sorted(p.name for p in directory.iterdir()) == ["counter_4242.db", "gauge_livesum_4343.db"]
+
+
+CHILD_EXIT_WITHOUT_IMPORTS = """
+import runpy, sys, types
+
+conf = runpy.run_path(sys.argv[1])
+
+
+class NoImports:
+    def find_spec(self, name, path=None, target=None):
+        raise ImportError("child_exit imported " + name)
+
+
+sys.meta_path.insert(0, NoImports())
+conf["child_exit"](None, types.SimpleNamespace(pid=4242, balance_slot=None))
+print("ok")
+"""
+
+
+def test_child_exit_imports_nothing_because_it_runs_in_a_signal_handler(tmp_path):
+    # The master calls child_exit from its SIGCHLD handler, which a second exiting worker
+    # interrupts; an import interrupted that way failed and ended the master with status 1.
+    # A fresh interpreter, so nothing the tests imported already hides an import.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TLS_")}
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
+    result = subprocess.run([sys.executable, "-c", CHILD_EXIT_WITHOUT_IMPORTS,
+                             str(REPO_ROOT / "injector_site" / "gunicorn_conf.py")],
+                            env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
 @pytest.mark.parametrize("switch, expected_lines", [("true", 2), ("", 0)])
