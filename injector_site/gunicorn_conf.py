@@ -36,8 +36,9 @@ from gunicorn.workers.gthread import ThreadWorker
 # Python re-enters when a second worker exits meanwhile (two workers stopping together, as on every
 # SIGTERM). A first import interrupted that way leaves the module half-initialised and the nested
 # one fails with ImportError, which ended the master with status 1 while workers were still
-# writing their audit rows. Importing it does not choose the metrics' storage: the workers import
-# the app, and with it the metrics, after the fork.
+# writing their audit rows. The import picks the metrics' storage from PROMETHEUS_MULTIPROC_DIR,
+# which the workers share with the master, so it is the one they would pick; the metrics themselves
+# are created in each worker, after the fork, in files named by the worker's pid.
 from prometheus_client import multiprocess as prometheus_multiprocess
 
 
