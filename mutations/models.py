@@ -109,3 +109,36 @@ class AdmissionAudit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision} {self.namespace}/{self.pod_name or self.generate_name} ({self.request_uid})"
+
+
+class AuditRollup(models.Model):
+    """Audit rows counted per hour, decision, namespace and preset: what the overview reads.
+
+    Holds every audit row with id <= AuditRollupMark.last_audit_id; the overview adds the rows above
+    the mark from the audit table. Kept by mutations/rollup.py only (refresh, and prune_audit's
+    deletes); never edited by hand.
+    """
+
+    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
+    decision = models.CharField(max_length=16)
+    namespace = models.CharField(max_length=253, blank=True)
+    preset_name = models.CharField(max_length=63, blank=True)
+    admissions = models.PositiveBigIntegerField(default=0)
+    vgpu_memory_mib = models.PositiveBigIntegerField(default=0, help_text="Total MiB granted by these admissions.")
+
+    class Meta:
+        constraints = [
+            # The refresh's ON CONFLICT target, and the overview's range scan by hour.
+            models.UniqueConstraint(fields=["hour", "decision", "namespace", "preset_name"], name="audit_rollup_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h {self.decision} {self.namespace} {self.preset_name}: {self.admissions}"
+
+
+class AuditRollupMark(models.Model):
+    """One row (id 1): the last audit row id counted in AuditRollup, and a version that every change
+    of the rollup (refresh or delete) increments, so a reader can tell it read one consistent state."""
+
+    last_audit_id = models.BigIntegerField(default=0)
+    version = models.BigIntegerField(default=0)

@@ -16,7 +16,8 @@ from django.db.models.functions import TruncDay, TruncHour
 from django.utils import timezone
 
 from .dashboard.filters import AuditFilter
-from .models import AdmissionAudit
+from .models import AdmissionAudit, AuditRollup
+from .rollup import audit_rollup_mark
 from .specs import Decision
 
 # The columns a history row shows: the wide JSON columns (patch, containers, warnings) stay behind.
@@ -182,10 +183,7 @@ def audit_overview(*, window: str = DEFAULT_WINDOW, now: datetime | None = None)
     first = _truncate(until - span, bucket) + step
     since = first
     recent = AdmissionAudit.objects.filter(created_at__gte=since, created_at__lte=until)
-    # One pass over the window's slice of audit_created_desc (index-only: its INCLUDE columns).
-    by_bucket = (recent.annotate(bucket=trunc("created_at", tzinfo=dt_timezone.utc))
-                 .values("bucket", "decision").annotate(n=Count("id"), mib=Sum("vgpu_memory_mib"))
-                 .order_by())
+    by_bucket, by_name = _window_counts(recent, since=since, until=until, trunc=trunc)
     buckets = []
     moment = first
     while moment <= until:
@@ -199,24 +197,22 @@ def audit_overview(*, window: str = DEFAULT_WINDOW, now: datetime | None = None)
         i = index.get(row["bucket"])
         if i is None:
             continue
-        counts[i][row["decision"]] = row["n"]
-        totals[row["decision"]] = totals.get(row["decision"], 0) + row["n"]
+        counts[i][row["decision"]] = counts[i].get(row["decision"], 0) + int(row["n"])
+        totals[row["decision"]] = totals.get(row["decision"], 0) + int(row["n"])
         if row["decision"] == Decision.MUTATED.value:
             memory[i] += int(row["mib"] or 0)
-    # A second pass over the same slice: namespace x preset x decision is small, tops come from it in Python.
-    by_name = (recent.values("namespace", "preset_name", "decision")
-               .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
     namespaces: dict[str, dict] = {}
     presets: dict[str, dict] = {}
     for row in by_name:
         mutated = row["decision"] == Decision.MUTATED.value
         entry = namespaces.setdefault(row["namespace"], {"namespace": row["namespace"], "n": 0, "problems": 0, "mib": 0})
-        entry["n"] += row["n"]
-        entry["problems"] += row["n"] if row["decision"] in PROBLEM_DECISIONS else 0
+        n = int(row["n"])
+        entry["n"] += n
+        entry["problems"] += n if row["decision"] in PROBLEM_DECISIONS else 0
         entry["mib"] += int(row["mib"] or 0) if mutated else 0
         if mutated and row["preset_name"]:
             preset = presets.setdefault(row["preset_name"], {"preset_name": row["preset_name"], "n": 0, "mib": 0})
-            preset["n"] += row["n"]
+            preset["n"] += n
             preset["mib"] += int(row["mib"] or 0)
     top_namespaces = sorted(namespaces.values(), key=lambda e: (-e["n"], e["namespace"]))[:8]
     top_presets = sorted(presets.values(), key=lambda e: (-e["n"], e["preset_name"]))[:8]
@@ -226,6 +222,40 @@ def audit_overview(*, window: str = DEFAULT_WINDOW, now: datetime | None = None)
     return Overview(window=window, since=since, until=until, bucket=bucket, buckets=buckets, counts=counts,
                     memory_mib=memory, totals=totals, top_namespaces=top_namespaces, top_presets=top_presets,
                     recent_problems=recent_problems)
+
+
+def _window_counts(recent: QuerySet[AdmissionAudit], *, since: datetime, until: datetime, trunc) -> tuple[list, list]:
+    """The window's admissions and MiB per (bucket, decision) and per (namespace, preset, decision).
+
+    Rows up to the rollup's mark come from the hourly rollup (mutations/rollup.py), the rest from
+    the audit table (by primary key: the rows since the last refresh); each query unites both. A
+    rollup that changes while this reads (a refresh, a prune) shows as a new mark version: read again,
+    and after three tries count from the audit table alone (slower, never wrong).
+    """
+    for _ in range(3):
+        mark = audit_rollup_mark()
+        counts = _window_counts_from(recent, mark=mark[0], since=since, until=until, trunc=trunc)
+        if audit_rollup_mark() == mark:
+            return counts
+    return _window_counts_from(recent, mark=None, since=since, until=until, trunc=trunc)
+
+
+def _window_counts_from(recent, *, mark: int | None, since: datetime, until: datetime, trunc) -> tuple[list, list]:
+    utc = dt_timezone.utc
+    live = recent if mark is None else recent.filter(id__gt=mark)
+    by_bucket = (live.annotate(bucket=trunc("created_at", tzinfo=utc)).values("bucket", "decision")
+                 .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
+    by_name = (live.values("namespace", "preset_name", "decision")
+               .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
+    if mark is not None:
+        rolled = AuditRollup.objects.filter(hour__gte=since, hour__lte=until)
+        by_bucket = (rolled.annotate(bucket=trunc("hour", tzinfo=utc)).values("bucket", "decision")
+                     .annotate(n=Sum("admissions"), mib=Sum("vgpu_memory_mib")).order_by()
+                     ).union(by_bucket, all=True)
+        by_name = (rolled.values("namespace", "preset_name", "decision")
+                   .annotate(n=Sum("admissions"), mib=Sum("vgpu_memory_mib")).order_by()
+                   ).union(by_name, all=True)
+    return list(by_bucket), list(by_name)
 
 
 def _truncate(moment: datetime, bucket: str) -> datetime:

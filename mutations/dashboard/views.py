@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET
 from mutations import audit as audit_writer
 from mutations import selectors
 from mutations.models import AdmissionAudit
+from mutations.rollup import audit_rollup_refresh
 from mutations.specs import Decision
 
 from . import charts
@@ -52,6 +53,7 @@ def overview(request):
     window = request.GET.get("window", selectors.DEFAULT_WINDOW)
     if window not in selectors.WINDOWS:
         window = selectors.DEFAULT_WINDOW
+    audit_rollup_refresh()  # count what was written since the last page into the hourly rollup
     data = selectors.audit_overview(window=window)
     per = "hour" if data.bucket == "hour" else "day"
     top_count = max((n["n"] for n in data.top_namespaces), default=0) or 1

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from mutations.models import AdmissionAudit
+from mutations.rollup import audit_rows_delete
 
 UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 
@@ -53,8 +54,7 @@ class Command(BaseCommand):
                        .values_list("id", flat=True)[:batch_size])
             if not ids:
                 break
-            count, _ = AdmissionAudit.objects.filter(id__in=ids).delete()
-            deleted += count
+            deleted += audit_rows_delete(ids=ids)  # the overview's rollup loses them in the same transaction
             batches += 1
             if len(ids) < batch_size:
                 break
