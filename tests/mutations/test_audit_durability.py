@@ -1,6 +1,6 @@
 """Every answered admission reaches the audit table: after a SIGKILLed worker, a SIGTERMed server,
-and a PostgreSQL outage under load. Real gunicorn processes (injector_site/gunicorn_conf.py) on
-127.0.0.1, each test against a database of its own."""
+and a PostgreSQL outage under load; and into the dashboard's rollup while the writers commit. Real
+gunicorn processes (injector_site/gunicorn_conf.py) on 127.0.0.1, each test against a database of its own."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -311,3 +312,61 @@ def test_outage_of_postgresql_under_load_loses_no_row_and_keeps_answering(privat
     assert backlog_during_outage > 0, "the backlog metric showed the spooled rows"
     assert wait_until_present(private_postgres.url, load.answered, timeout_seconds=120) == set(), server.log()
     assert "audit backlog growing" in server.log()
+
+
+# --- the dashboard's rollup, refreshed while the writers commit ------------------------------------
+
+REFRESH_LOOP = """
+import sys, time
+import django
+django.setup()
+from mutations.rollup import audit_rollup_refresh
+deadline, steps, counted = time.monotonic() + float(sys.argv[1]), 0, 0
+while time.monotonic() < deadline:
+    n = audit_rollup_refresh(max_rows=40, lock_timeout_ms=200)
+    steps, counted = steps + (n > 0), counted + n
+    time.sleep(0.005)
+while n := audit_rollup_refresh(lock_timeout_ms=5000):
+    counted += n
+print(steps, counted)
+"""
+
+ROLLUP_MISMATCH = """
+(SELECT date_trunc('hour', created_at, 'UTC'), decision, namespace, preset_name, count(*), sum(vgpu_memory_mib)
+ FROM mutations_admissionaudit GROUP BY 1, 2, 3, 4
+ EXCEPT SELECT hour, decision, namespace, preset_name, admissions, vgpu_memory_mib FROM mutations_auditrollup)
+UNION ALL
+(SELECT hour, decision, namespace, preset_name, admissions, vgpu_memory_mib FROM mutations_auditrollup
+ EXCEPT SELECT date_trunc('hour', created_at, 'UTC'), decision, namespace, preset_name, count(*), sum(vgpu_memory_mib)
+ FROM mutations_admissionaudit GROUP BY 1, 2, 3, 4)
+"""
+
+
+def refresh_rollup(database_url: str, *, seconds: float) -> tuple[int, int]:
+    """Refresh the rollup of that database in small steps for `seconds`, then until done: (steps, rows)."""
+    done = subprocess.run(
+        [sys.executable, "-c", REFRESH_LOOP, str(seconds)], cwd=Path(__file__).resolve().parents[2],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "DATABASE_URL": database_url, "INJECTOR_DEV_MODE": "true",
+             "DJANGO_SETTINGS_MODULE": "injector_site.settings", "LOG_LEVEL": "WARNING"},
+    )
+    assert done.returncode == 0, done.stderr
+    steps, rows = map(int, done.stdout.split())
+    return steps, rows
+
+
+def test_rollup_refreshed_while_writers_commit_counts_every_row_once(durability_database, servers):
+    # Two workers committing every 50 ms, and a refresh every few ms in steps of 40 rows: a refresh
+    # that moved its mark past a writer's uncommitted rows would leave them out for good.
+    server = servers(durability_database, INJECTOR_AUDIT_FLUSH_SECONDS="0.05")
+    load = Load(server.port)
+    steps, _ = refresh_rollup(durability_database, seconds=8)
+    load.stop()
+    assert server.stop() == 0
+    assert steps > 10 and len(load.answered) > 200
+    refresh_rollup(durability_database, seconds=0)  # what the workers wrote at exit
+    with psycopg.connect(durability_database) as conn:
+        rows = conn.execute("SELECT count(*) FROM mutations_admissionaudit").fetchone()[0]
+        assert rows >= len(load.answered)
+        assert conn.execute("SELECT sum(admissions) FROM mutations_auditrollup").fetchone()[0] == rows
+        assert conn.execute(ROLLUP_MISMATCH).fetchall() == []
