@@ -1,6 +1,5 @@
 """GET /api/v1/audit/: the same filters as the dashboard, cursor pages, read-only, staff only."""
 
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -8,18 +7,9 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from mutations.models import AdmissionAudit
+from tests.support.audit import audit_row
 
 pytestmark = pytest.mark.django_db
-
-
-def audit_row(**fields) -> AdmissionAudit:
-    values = {"created_at": timezone.now() - timedelta(minutes=5), "request_uid": str(uuid.uuid4()),
-              "namespace": "team-a", "generate_name": "qwen-7b-5d9f8b7c6d-", "username": "alice@example.com",
-              "decision": "mutated", "preset_name": "default", "policy_name": "*", "vgpus_granted": 1,
-              "vgpu_memory_mib": 16384, "containers": [{"container": "vllm", "vgpu_number": 1}],
-              "patch": [{"op": "replace", "path": "/spec/schedulerName", "value": "volcano"}]}
-    values.update(fields)
-    return AdmissionAudit.objects.create(**values)
 
 
 @pytest.fixture

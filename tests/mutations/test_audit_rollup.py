@@ -17,7 +17,7 @@ from django.utils import timezone
 from mutations import selectors
 from mutations.models import AdmissionAudit, AuditRollup, AuditRollupMark
 from mutations.rollup import audit_rollup_mark, audit_rollup_refresh
-from tests.mutations.test_dashboard import audit_row
+from tests.support.audit import audit_row
 
 SHAPES = [  # namespace, decision, preset, MiB
     ("team-a", "mutated", "llm-7b", 16384), ("team-a", "denied", "", 0), ("ray", "mutated", "llm-70b", 4 * 37888),

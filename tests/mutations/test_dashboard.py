@@ -5,7 +5,6 @@ import html
 import io
 import json
 import re
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -14,20 +13,9 @@ from django.utils import timezone
 from mutations import audit
 from mutations.models import AdmissionAudit
 from tests.support import pods
+from tests.support.audit import audit_row
 
 pytestmark = pytest.mark.django_db
-
-
-def audit_row(**fields) -> AdmissionAudit:
-    values = {
-        "created_at": timezone.now() - timedelta(minutes=5), "request_uid": str(uuid.uuid4()),
-        "namespace": "team-a", "generate_name": "qwen-7b-5d9f8b7c6d-", "owner_kind": "ReplicaSet",
-        "owner_name": "qwen-7b-5d9f8b7c6d", "username": "alice@example.com", "decision": "mutated",
-        "reason": "converted 1 GPU(s) to vGPUs (namespace policy *)", "preset_name": "default", "policy_name": "*",
-        "gpus_requested": 1, "vgpus_granted": 1, "vgpu_memory_mib": 16384, "duration_ms": 0.4, "replica": "r-1",
-    }
-    values.update(fields)
-    return AdmissionAudit.objects.create(**values)
 
 
 def page_of(response) -> str:
