@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, models, transaction
 
 from .models import AdmissionAudit, AuditRollup, AuditRollupMark
 
@@ -104,6 +104,17 @@ def audit_rollup_refresh(*, max_rows: int = ROLLUP_REFRESH_MAX_ROWS, lock_timeou
     return counted
 
 
+def audit_rollup_reset() -> None:
+    """Empty the rollup and put its mark back to 0 (a rebuild: the next refreshes count every row again)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f'LOCK TABLE "{_AUDIT}" IN SHARE MODE')  # no refresh or prune meanwhile
+        AuditRollup.objects.all().delete()
+        updated = AuditRollupMark.objects.filter(id=MARK_ID).update(last_audit_id=0, version=models.F("version") + 1)
+        if not updated:
+            AuditRollupMark.objects.create(id=MARK_ID)
+
+
 def audit_rows_delete(*, ids: list[int]) -> int:
     """Delete these audit rows and take the ones the rollup counted out of it; returns rows deleted."""
     if not ids:
@@ -131,7 +142,9 @@ def audit_rows_delete(*, ids: list[int]) -> int:
                 memory[tuple(key)] += mib or 0
         if admissions:
             cursor.executemany(
-                f'UPDATE "{_ROLLUP}" SET admissions = admissions - %s, vgpu_memory_mib = vgpu_memory_mib - %s '
+                # GREATEST: a rollup edited by hand must not make retention fail on its CHECK (>= 0).
+                f'UPDATE "{_ROLLUP}" SET admissions = GREATEST(admissions - %s, 0), '
+                f"vgpu_memory_mib = GREATEST(vgpu_memory_mib - %s, 0) "
                 f"WHERE hour = %s AND decision = %s AND namespace = %s AND preset_name = %s",
                 [(n, memory[key], *key) for key, n in admissions.items()],
             )

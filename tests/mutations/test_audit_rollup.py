@@ -144,3 +144,20 @@ def test_refresh_command_counts_everything(capsys):
     call_command("refresh_audit_rollup")
     assert "counted 7 audit rows" in capsys.readouterr().out
     assert rollup_total() == 7
+
+
+@pytest.mark.django_db
+def test_a_rollup_changed_by_hand_does_not_stop_retention_and_can_be_rebuilt(capsys):
+    now = timezone.now()
+    for _ in range(2):
+        audit_row(created_at=now - timedelta(days=100))
+    audit_row(created_at=now - timedelta(hours=1))
+    audit_rollup_refresh()
+    AuditRollup.objects.update(admissions=1)  # lower than the rows it stands for
+    call_command("prune_audit", "--older-than", "90d")
+    assert "deleted 2 audit rows" in capsys.readouterr().out
+    assert AdmissionAudit.objects.count() == 1
+    call_command("refresh_audit_rollup", "--rebuild")
+    assert "counted 1 audit rows" in capsys.readouterr().out
+    assert list(AuditRollup.objects.values_list("admissions", flat=True)) == [1]
+    assert overview_counting_the_table("24h", now) == shown(selectors.audit_overview(window="24h", now=now))

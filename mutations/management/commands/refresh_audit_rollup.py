@@ -6,7 +6,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from mutations.rollup import ROLLUP_REFRESH_MAX_ROWS, audit_rollup_refresh
+from mutations.rollup import ROLLUP_REFRESH_MAX_ROWS, audit_rollup_refresh, audit_rollup_reset
 
 
 class Command(BaseCommand):
@@ -16,9 +16,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--lock-timeout-ms", type=int, default=5000,
                             help="How long each step waits for the audit writers' transactions (default 5000).")
+        parser.add_argument("--rebuild", action="store_true",
+                            help="Empty the rollup first and count every audit row again (after editing it by hand).")
 
-    def handle(self, *args, lock_timeout_ms: int, **options):
+    def handle(self, *args, lock_timeout_ms: int, rebuild: bool, **options):
         started = time.monotonic()
+        if rebuild:
+            audit_rollup_reset()  # the overview counts from the audit table until the steps below are done
         total = steps = 0
         while True:
             counted = audit_rollup_refresh(lock_timeout_ms=lock_timeout_ms)
