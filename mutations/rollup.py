@@ -130,7 +130,8 @@ def audit_rows_delete(*, ids: list[int]) -> int:
         mark = row[0] if row else 0
         cursor.execute(
             f"""DELETE FROM "{_AUDIT}" WHERE id = ANY(%s)
-                RETURNING id, date_trunc('hour', created_at, 'UTC'), decision, namespace, preset_name, vgpu_memory_mib""",
+                RETURNING id, date_trunc('hour', created_at, 'UTC'), decision, namespace, preset_name,
+                          vgpu_memory_mib""",
             [list(ids)],
         )
         gone = cursor.fetchall()
