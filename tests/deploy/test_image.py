@@ -337,6 +337,20 @@ def test_image_serves_collected_static_files_on_the_ui_port(image_server):
     assert request(image_server, "GET", "/static/admin/css/base.css")[0] == 404
 
 
+def test_image_runs_the_retention_cronjobs_command(image_server):
+    """The CronJob's command, as the image's user with the image's settings, against the migrated database."""
+    import yaml
+
+    cronjob = yaml.safe_load((REPO_ROOT / "deploy" / "base" / "cronjob-retention.yaml").read_text())
+    (container,) = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    program, *arguments = container["command"]
+    assert program == "python"
+    done = subprocess.run(run_as_image_user() + [str(VENV_BIN / "python"), *arguments], cwd=REPO_ROOT,
+                          env=image_server.env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.match(r"deleted \d+ audit rows older than ", done.stdout), done.stdout
+
+
 def test_image_server_wrote_only_where_the_pod_has_volumes(image_server):
     """As uid 10001 the server cannot write to the source tree (read-only in the image)."""
     assert not list(REPO_ROOT.glob("*.sqlite3"))

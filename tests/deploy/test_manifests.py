@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 import kubernetes_validate
 import pytest
 
-from .conftest import find_object, find_prefixed
+from .conftest import REPO_ROOT, find_object, find_prefixed
 
 NAMESPACE = "gpustack"
 NAME = "volcano-injector"
@@ -304,32 +304,38 @@ def all_containers(objects):
     return pod_spec.get("initContainers", []) + pod_spec["containers"]
 
 
+def pod_specs(objects):
+    """(name, pod spec) of every workload: Deployments, StatefulSets and CronJobs."""
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "StatefulSet"):
+            yield obj["metadata"]["name"], obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "CronJob":
+            yield obj["metadata"]["name"], obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+
+
 def test_every_container_has_requests_and_limits(build):
     _, objects = build
-    for kind in ("Deployment", "StatefulSet"):
-        for obj in (o for o in objects if o["kind"] == kind):
-            pod_spec = obj["spec"]["template"]["spec"]
-            for c in pod_spec.get("initContainers", []) + pod_spec["containers"]:
-                for section in ("requests", "limits"):
-                    assert {"cpu", "memory"} <= set(c["resources"][section]), f"{obj['metadata']['name']}/{c['name']} {section}"
+    for name, pod_spec in pod_specs(objects):
+        for c in pod_spec.get("initContainers", []) + pod_spec["containers"]:
+            for section in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(c["resources"][section]), f"{name}/{c['name']} {section}"
 
 
 def test_every_container_is_locked_down(build):
     _, objects = build
-    for kind in ("Deployment", "StatefulSet"):
-        for obj in (o for o in objects if o["kind"] == kind):
-            pod_spec = obj["spec"]["template"]["spec"]
-            assert pod_spec["securityContext"]["runAsNonRoot"] is True
-            assert pod_spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-            assert pod_spec.get("automountServiceAccountToken") is False
-            for c in pod_spec.get("initContainers", []) + pod_spec["containers"]:
-                sc = c["securityContext"]
-                where = f"{obj['metadata']['name']}/{c['name']}"
-                assert sc["allowPrivilegeEscalation"] is False, where
-                assert sc["readOnlyRootFilesystem"] is True, where
-                assert sc["capabilities"]["drop"] == ["ALL"], where
-                assert not sc.get("privileged"), where
-                assert "add" not in sc["capabilities"], where
+    assert {"Deployment", "CronJob"} <= {o["kind"] for o in objects}
+    for name, pod_spec in pod_specs(objects):
+        assert pod_spec["securityContext"]["runAsNonRoot"] is True
+        assert pod_spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        assert pod_spec.get("automountServiceAccountToken") is False
+        for c in pod_spec.get("initContainers", []) + pod_spec["containers"]:
+            sc = c["securityContext"]
+            where = f"{name}/{c['name']}"
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["capabilities"]["drop"] == ["ALL"], where
+            assert not sc.get("privileged"), where
+            assert "add" not in sc["capabilities"], where
     # the image's user (Dockerfile: USER 10001:10001)
     assert deployment(objects)["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
 
@@ -401,6 +407,36 @@ def test_migrations_run_in_an_init_container_of_the_same_image(build):
     for e in migrate["env"]:
         if e["name"].endswith("_FILE"):
             assert main_env[e["name"]] == e["value"]
+
+
+def test_retention_runs_nightly_with_the_webhooks_image_settings_and_secrets(build):
+    _, objects = build
+    cron = find_object(objects, "CronJob", "volcano-injector-retention")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    job_pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert job_pod["restartPolicy"] == "Never"
+    (prune,) = job_pod["containers"]
+    assert prune["command"] == ["python", "manage.py", "prune_audit"]
+    assert (REPO_ROOT / "mutations" / "management" / "commands" / "prune_audit.py").is_file()
+    webhook_pod = deployment(objects)["spec"]["template"]["spec"]
+    assert prune["image"] == injector_container(objects)["image"]
+    assert prune["envFrom"] == injector_container(objects)["envFrom"]  # AUDIT_RETENTION_DAYS and the rest
+    # the same Secrets, at the same paths, named by the same *_FILE variables
+    webhook_secrets = {v["name"]: v["secret"]["secretName"] for v in webhook_pod["volumes"] if "secret" in v}
+    job_secrets = {v["name"]: v["secret"]["secretName"] for v in job_pod["volumes"] if "secret" in v}
+    webhook_mounts = {m["mountPath"]: m["name"] for m in injector_container(objects)["volumeMounts"]}
+    job_mounts = {m["mountPath"]: m["name"] for m in prune["volumeMounts"]}
+    for e in prune["env"]:
+        assert e["name"].endswith("_FILE")
+        assert env_value(injector_container(objects), e["name"]) == e["value"]
+        directory = posixpath.dirname(e["value"])
+        assert job_secrets[job_mounts[directory]] == webhook_secrets[webhook_mounts[directory]]
+    # writable paths (read-only root): /tmp and the metrics directory the image names
+    from .test_image import image_env
+
+    job_volumes = {v["name"]: v for v in job_pod["volumes"]}
+    for path in ("/tmp", image_env()["PROMETHEUS_MULTIPROC_DIR"]):
+        assert "emptyDir" in job_volumes[job_mounts[path]], path
 
 
 def test_allowed_hosts_cover_the_services_and_the_pod_ip(build):
