@@ -230,7 +230,9 @@ def _window_counts(recent: QuerySet[AdmissionAudit], *, since: datetime, until: 
     Rows up to the rollup's mark come from the hourly rollup (mutations/rollup.py), the rest from
     the audit table (by primary key: the rows since the last refresh); each query unites both. A
     rollup that changes while this reads (a refresh, a prune) shows as a new mark version: read again,
-    and after three tries count from the audit table alone (slower, never wrong).
+    and after three tries count from the audit table alone (slower, never wrong). The rollup's hours
+    count whole: a counted row stamped after `until` within its hour (another replica's clock ahead)
+    is in the window.
     """
     for _ in range(3):
         mark = audit_rollup_mark()
