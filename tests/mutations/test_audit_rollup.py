@@ -112,7 +112,7 @@ def test_prune_takes_the_deleted_rows_out_of_the_rollup(capsys):
     assert overview == overview_counting_the_table("90d", now)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the seeded rows and the mark come back
 def test_refresh_waits_for_a_writers_open_transaction_and_misses_none_of_its_rows():
     settings_dict = connection.settings_dict
     writer = psycopg.connect(host=settings_dict["HOST"] or None, port=settings_dict["PORT"] or None,
