@@ -419,16 +419,17 @@ def test_retention_runs_nightly_with_the_webhooks_image_settings_and_secrets(bui
     assert prune["command"] == ["python", "manage.py", "prune_audit"]
     assert (REPO_ROOT / "mutations" / "management" / "commands" / "prune_audit.py").is_file()
     webhook_pod = deployment(objects)["spec"]["template"]["spec"]
-    assert prune["image"] == injector_container(objects)["image"]
-    assert prune["envFrom"] == injector_container(objects)["envFrom"]  # AUDIT_RETENTION_DAYS and the rest
+    webhook = injector_container(objects)
+    assert prune["image"] == webhook["image"]
+    assert prune["envFrom"] == webhook["envFrom"]  # AUDIT_RETENTION_DAYS and the rest
     # the same Secrets, at the same paths, named by the same *_FILE variables
     webhook_secrets = {v["name"]: v["secret"]["secretName"] for v in webhook_pod["volumes"] if "secret" in v}
     job_secrets = {v["name"]: v["secret"]["secretName"] for v in job_pod["volumes"] if "secret" in v}
-    webhook_mounts = {m["mountPath"]: m["name"] for m in injector_container(objects)["volumeMounts"]}
+    webhook_mounts = {m["mountPath"]: m["name"] for m in webhook["volumeMounts"]}
     job_mounts = {m["mountPath"]: m["name"] for m in prune["volumeMounts"]}
     for e in prune["env"]:
         assert e["name"].endswith("_FILE")
-        assert env_value(injector_container(objects), e["name"]) == e["value"]
+        assert env_value(webhook, e["name"]) == e["value"]
         directory = posixpath.dirname(e["value"])
         assert job_secrets[job_mounts[directory]] == webhook_secrets[webhook_mounts[directory]]
     # writable paths (read-only root): /tmp and the metrics directory the image names
