@@ -205,7 +205,7 @@ WHITENOISE_AUTOREFRESH = DEV_MODE
 LOGIN_URL = "admin:login"
 
 # Caches: per-process memory. Configuration (presets, policies) is cached in-process and
-# revalidated against a version counter in the database (see profiles/selectors.py).
+# revalidated against a version counter in the database (see profiles/catalog.py).
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- REST framework ---------------------------------------------------------------------
@@ -260,7 +260,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INJECTOR_MAX_BODY_BYTES
 INJECTOR_AUDIT_ENABLED = env_bool("INJECTOR_AUDIT_ENABLED", True)
 # Where answered-but-unwritten audit rows wait, durably, until PostgreSQL takes them.
 INJECTOR_AUDIT_SPOOL_DIR = env("INJECTOR_AUDIT_SPOOL_DIR", str(BASE_DIR / "var" / "spool"))
-# The audit writer (mutations/audit.py): how often each process writes its spooled rows (seconds),
+# The audit writer (mutations/audit/writer.py): how often each process writes its spooled rows (seconds),
 # how often it looks for segments left by ended processes, the longest wait between retries while
 # PostgreSQL is down, and how often it then logs a warning. gunicorn starts the writer in each
 # worker; elsewhere (runserver, shell) the first audited admission starts it unless autostart is off.

@@ -2,7 +2,7 @@
 
 /mutate is on the path of every Pod creation in the cluster. Django's handler, its middleware and
 signals are for the operators' pages (sessions, CSRF, static files, per-view metrics) and do nothing
-for an AdmissionReview, so `POST /mutate` goes straight to `mutations.views.mutate_answer`, the same
+for an AdmissionReview, so `POST /mutate` goes straight to `mutations.webhook.views.mutate_answer`, the same
 function Django's `mutate` view calls (which the test client and any other method reach).
 """
 
@@ -19,7 +19,7 @@ django_application = get_wsgi_application()
 
 from django.db import close_old_connections, connections  # noqa: E402  (after Django is set up)
 
-from mutations.views import JSON_HEADERS, MUTATE_PATH, mutate_answer  # noqa: E402
+from mutations.webhook.views import JSON_HEADERS, MUTATE_PATH, mutate_answer  # noqa: E402
 
 _STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in HTTPStatus}
 

@@ -2,7 +2,7 @@
 
 from django.db import models
 
-from .specs import Decision
+from .engine import Decision
 
 
 class StoredJSONField(models.JSONField):
@@ -115,7 +115,7 @@ class AuditRollup(models.Model):
     """Audit rows counted per hour, decision, namespace and preset: what the overview reads.
 
     Holds every audit row with id <= AuditRollupMark.last_audit_id; the overview adds the rows above
-    the mark from the audit table. Kept by mutations/rollup.py only (refresh, and prune_audit's
+    the mark from the audit table. Kept by mutations/audit/rollup.py only (refresh, and prune_audit's
     deletes); never edited by hand.
     """
 

@@ -12,12 +12,12 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.http import urlencode
 
-from mutations.services import pod_preview
+from mutations.engine import is_namespace_pattern
 
 from .forms import GpuModelForm, NamespacePolicyForm, PodPreviewForm, PresetForm
 from .models import GpuModel, NamespacePolicy, Preset
+from .preview import pod_preview, preview_answer
 from .selectors import (
-    catalog_current,
     gpu_model_list,
     namespace_policy_list,
     pod_yaml,
@@ -182,7 +182,7 @@ class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
 
     @admin.display(description="kind")
     def kind(self, obj: NamespacePolicy) -> str:
-        return "pattern" if any(ch in obj.namespace for ch in "*?[") else "exact"
+        return "pattern" if is_namespace_pattern(obj.namespace) else "exact"
 
     @admin.display(description="allowed presets", ordering="allowed_presets_count")
     def allowed(self, obj: NamespacePolicy) -> str:
@@ -203,7 +203,7 @@ class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
     def preview_pod_action(self, request, queryset):
         policy = queryset.first()
         namespace = policy.namespace if policy else ""
-        if any(ch in namespace for ch in "*?["):
+        if is_namespace_pattern(namespace):
             namespace = ""  # a pattern is not a namespace: the operator types one that matches it
         url = reverse("admin:profiles_pod_preview")
         return HttpResponseRedirect(f"{url}?{urlencode({'namespace': namespace})}" if namespace else url)
@@ -223,15 +223,12 @@ class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
             form = PodPreviewForm(request.POST)
             if form.is_valid():
                 pod = form.cleaned_data["pod_yaml"]
-                catalog = catalog_current()
-                preview = pod_preview(pod=pod, namespace=form.cleaned_data["namespace"], catalog=catalog)
+                preview = pod_preview(pod=pod, namespace=form.cleaned_data["namespace"])
                 result = {
-                    "result": preview.result,
-                    "decision": preview.result.decision.value,
+                    **preview_answer(preview),
                     "pod_yaml": pod_yaml(pod=preview.result.pod),
                     "diff": pod_yaml_diff(before=pod, after=preview.result.pod),
-                    "patch": json.dumps(preview.patch, indent=2),
-                    "config_version": catalog.version,
+                    "patch_text": json.dumps(preview.patch, indent=2),
                 }
         else:
             form = PodPreviewForm(initial={"namespace": request.GET.get("namespace", "")})

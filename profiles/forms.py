@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from .models import GpuModel, NamespacePolicy, Preset
-from .selectors import gpu_model_validate, namespace_policy_validate, preset_validate
+from .validation import gpu_model_validate, namespace_policy_validate, preset_validate
 from .services import PodDocumentError, pod_document_parse
 
 

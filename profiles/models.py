@@ -4,7 +4,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.db.models import F, Q
 
-from mutations.specs import Mode, SchedulerScope
+from mutations.engine import Mode, SchedulerScope
 
 # A Kubernetes quantity for CPU or memory, e.g. 500m, 2, 8Gi, 1e3 (checked again with parse_quantity).
 quantity_validator = RegexValidator(

@@ -1,7 +1,7 @@
 """Bump the configuration version after any committed change to presets, GPU models or policies.
 
 This is cache invalidation, not business logic: every replica compares the version with the
-one its cached Catalog was built from (profiles/selectors.py). Signals catch every write path
+one its cached Catalog was built from (profiles/catalog.py). Signals catch every write path
 (admin, REST API, shell, loaddata) in one place; the bump runs on commit so a replica never
 caches a half-written change.
 """

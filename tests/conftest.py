@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from profiles.selectors import catalog_cache
+from profiles.catalog import catalog_cache
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from mutations.models import AdmissionAudit
+from ..models import AdmissionAudit
 
 
 class AdmissionAuditSerializer(serializers.ModelSerializer):

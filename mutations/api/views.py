@@ -5,8 +5,8 @@ from rest_framework import viewsets
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import IsAdminUser
 
-from mutations.dashboard.filters import AuditFilter
-from mutations.models import AdmissionAudit
+from ..audit.filters import AuditFilter
+from ..models import AdmissionAudit
 
 from .serializers import AdmissionAuditSerializer
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import copy
 
-from mutations.models import AdmissionAudit
+from ..engine.jsonpatch import unescape
+from ..models import AdmissionAudit
 
 GPU_PREFIXES = ("nvidia.com/", "volcano.sh/")
-
-
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
 
 
 def _apply_resource_ops(resources: dict, ops: list[tuple[str, list[str], object]]) -> dict:
@@ -40,7 +37,7 @@ def resources_side_by_side(*, row: AdmissionAudit) -> list[dict]:
     for op in row.patch or []:
         if not isinstance(op, dict):
             continue
-        parts = [_unescape(t) for t in str(op.get("path", "")).split("/")[1:]]
+        parts = [unescape(t) for t in str(op.get("path", "")).split("/")[1:]]
         if len(parts) >= 4 and parts[0] == "spec" and parts[1] in ("containers", "initContainers") \
                 and parts[2].isdigit() and parts[3] == "resources":
             ops_by_container.setdefault((parts[1], int(parts[2])), []).append((op.get("op"), parts[4:], op.get("value")))

@@ -5,20 +5,22 @@ from __future__ import annotations
 import csv
 import json
 import logging
+from decimal import Decimal
+from urllib.parse import urlencode
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from mutations import audit as audit_writer
-from mutations import selectors
-from mutations.models import AdmissionAudit
-from mutations.rollup import audit_rollup_refresh
-from mutations.specs import Decision
+from profiles.selectors import configuration_names
 
+from ..audit import audit_backlog_rows, audit_rollup_refresh, selectors
+from ..audit.filters import AuditFilter
+from ..engine import Decision
+from ..engine.jsonpatch import unescape
+from ..models import AdmissionAudit
 from . import charts
-from .filters import AuditFilter
 from .resources import resources_side_by_side
 
 logger = logging.getLogger("volcano_injector.dashboard")
@@ -33,7 +35,7 @@ CSV_COLUMNS = ["created_at", "request_uid", "operation", "namespace", "pod_name"
 def _backlog_rows() -> int | None:
     """Rows answered on this replica but not yet in PostgreSQL (the audit writer's spool)."""
     try:
-        return audit_writer.audit_backlog_rows()
+        return audit_backlog_rows()
     except OSError:  # the banner is a courtesy: never break a page over an unreadable spool
         logger.warning("audit backlog unknown", exc_info=True)
         return None
@@ -72,15 +74,15 @@ def overview(request):
         decisions=decisions,
         admissions_chart=charts.stacked_bars(buckets=data.buckets, counts=data.counts, bucket=data.bucket,
                                              title=f"Admissions per {per} by decision"),
-        memory_chart=charts.area(buckets=data.buckets, values=[selectors.gib(m) for m in data.memory_mib],
+        memory_chart=charts.area(buckets=data.buckets, values=[gib(m) for m in data.memory_mib],
                                  bucket=data.bucket, title=f"vGPU memory granted per {per}", unit="GiB"),
         top_namespaces=[{**n, "width": n["n"] / top_count * 100, "problem_width": n["problems"] / top_count * 100,
-                         "gib": selectors.gib(n["mib"])} for n in data.top_namespaces],
-        top_presets=[{**p, "width": p["n"] / top_preset * 100, "gib": selectors.gib(p["mib"])}
+                         "gib": gib(n["mib"])} for n in data.top_namespaces],
+        top_presets=[{**p, "width": p["n"] / top_preset * 100, "gib": gib(p["mib"])}
                      for p in data.top_presets],
         conversions=data.totals.get(Decision.MUTATED.value, 0),
         problems=sum(data.totals.get(d, 0) for d in selectors.PROBLEM_DECISIONS),
-        granted_gib=selectors.gib(sum(data.memory_mib)),
+        granted_gib=gib(sum(data.memory_mib)),
         per=per,
     )
     return render(request, "dashboard/overview.html", context)
@@ -105,7 +107,7 @@ def history(request):
         request, form=form, page=page, errors=errors, sort=sort, sorts=selectors.SORTS,
         query=query.urlencode(), filters=filters,
         export_query=_urlencode({**filters, **({"sort": sort} if sort != selectors.DEFAULT_SORT else {})}),
-        choices=selectors.audit_choices(), decisions=[d.value for d in Decision],
+        choices=configuration_names(), decisions=[d.value for d in Decision],
     )
     return render(request, "dashboard/history.html", context, status=400 if errors else 200)
 
@@ -160,9 +162,12 @@ def _csv_lines(rows):
 
 
 def _urlencode(filters: dict[str, str]) -> str:
-    from urllib.parse import urlencode
-
     return urlencode(filters)
+
+
+def gib(mib: int | Decimal | None) -> float:
+    """MiB as GiB, for people."""
+    return round(float(mib or 0) / 1024, 1)
 
 
 def _applied_annotations(patch: list) -> dict[str, str]:
@@ -175,7 +180,7 @@ def _applied_annotations(patch: list) -> dict[str, str]:
         if path == "/metadata/annotations" and isinstance(value, dict):
             found.update({k: str(v) for k, v in value.items() if k.startswith("volcano-injector.io/")})
         elif path.startswith("/metadata/annotations/"):
-            key = path.rsplit("/", 1)[1].replace("~1", "/").replace("~0", "~")
+            key = unescape(path.rsplit("/", 1)[1])
             if key.startswith("volcano-injector.io/"):
                 found[key] = str(value)
     return found

@@ -1,4 +1,4 @@
-"""The overview's hourly rollup of the audit table (mutations/rollup.py).
+"""The overview's hourly rollup of the audit table (mutations/audit/rollup.py).
 
 The tables start empty, with the mark at 0: the overview is right from the start (it counts the
 rows above the mark from the audit table), and fast once the rollup has caught up. Each overview

@@ -5,7 +5,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import Q
 
-from mutations.specs import Mode, SchedulerScope
+from mutations.engine import Mode, SchedulerScope
 
 from ..models import GpuModel, NamespacePolicy, Preset
 from ..selectors import namespace_policy_applying

@@ -7,10 +7,10 @@ import copy
 from django.db import models
 from rest_framework import serializers
 
-from mutations.specs import Mode, SchedulerScope
+from mutations.engine import Mode, SchedulerScope, is_namespace_pattern
 
 from ..models import GpuModel, NamespacePolicy, Preset
-from ..selectors import gpu_model_validate, namespace_policy_validate, preset_validate
+from ..validation import gpu_model_validate, namespace_policy_validate, preset_validate
 
 
 def _unsaved_copy(serializer: serializers.ModelSerializer, attrs: dict, model: type[models.Model]):
@@ -103,7 +103,7 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
         read_only_fields = ["created_at", "updated_at"]
 
     def get_is_pattern(self, policy: NamespacePolicy) -> bool:
-        return any(ch in policy.namespace for ch in "*?[")
+        return is_namespace_pattern(policy.namespace)
 
     def validate(self, attrs):
         policy = _unsaved_copy(self, attrs, NamespacePolicy)

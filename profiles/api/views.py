@@ -12,10 +12,8 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from mutations.services import pod_preview
-from mutations.specs import Decision
-
-from ..selectors import catalog_current, gpu_model_list, namespace_policy_list, preset_list
+from ..preview import pod_preview, preview_answer
+from ..selectors import gpu_model_list, namespace_policy_list, preset_list
 from ..services import (
     ConfigurationInUse,
     PodDocumentError,
@@ -203,23 +201,5 @@ class PodPreviewView(APIView):
             pod = pod_document_parse(text=pod) if isinstance(pod, str) else pod_document_check(document=pod)
         except PodDocumentError as exc:
             return Response({"pod": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
-        catalog = catalog_current()
-        namespace = form.validated_data["namespace"]
-        preview = pod_preview(pod=pod, namespace=namespace, catalog=catalog)
-        result = preview.result
-        return Response({
-            "namespace": namespace,
-            "decision": result.decision.value,
-            "allowed": result.allowed,
-            "reason": result.reason,
-            "field": result.field,
-            "policy": result.policy,
-            "preset": result.preset,
-            "source": result.source,
-            "warnings": list(result.warnings),
-            "patch": preview.patch,
-            "patch_sent": result.decision is Decision.MUTATED,
-            "pod": result.pod,
-            "grants": [g.as_dict() for g in result.grants],
-            "config_version": catalog.version,
-        })
+        preview = pod_preview(pod=pod, namespace=form.validated_data["namespace"])
+        return Response(preview_answer(preview))

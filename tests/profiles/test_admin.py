@@ -225,11 +225,11 @@ def test_preview_page_shows_the_mutated_pod_patch_and_decision(staff_client):
     response = staff_client.post(PREVIEW, {"namespace": "team-a", "pod_yaml": pod_yaml(pod=pod)})
     assert response.status_code == 200
     preview = response.context["preview"]
-    assert preview["decision"] == "mutated" and preview["result"].preset == "llm-7b"
+    assert preview["decision"] == "mutated" and preview["preset"] == "llm-7b"
     html = response.content.decode()
     assert "volcano.sh/vgpu-memory: &#x27;23552&#x27;" in html or "volcano.sh/vgpu-memory: '23552'" in html
     assert "+    volcano-injector.io/applied-preset: llm-7b" in preview["diff"]
-    assert '"op": "remove"' in preview["patch"]
+    assert '"op": "remove"' in preview["patch_text"]
 
 
 def test_preview_page_shows_a_denial_and_its_reason(staff_client):
@@ -237,7 +237,7 @@ def test_preview_page_shows_a_denial_and_its_reason(staff_client):
     pod = pods.vllm_deployment_pod(gpus="4")
     response = staff_client.post(PREVIEW, {"namespace": "team-a", "pod_yaml": pod_yaml(pod=pod)})
     preview = response.context["preview"]
-    assert preview["decision"] == "denied" and "at most 1" in preview["result"].reason
+    assert preview["decision"] == "denied" and "at most 1" in preview["reason"]
 
 
 def test_preview_page_says_what_is_wrong_with_the_yaml(staff_client):

@@ -1,5 +1,6 @@
 """POST /api/v1/preview/: what /mutate would do with a Pod, from the same engine, without an audit row."""
 
+import io
 import json
 
 import pytest
@@ -146,3 +147,22 @@ def test_yaml_string_may_be_json(reader_api):
     pod = yaml.safe_load(POD_YAML)
     body = reader_api.post(PREVIEW, {"namespace": "team-a", "pod": json.dumps(pod)}, format="json").json()
     assert body["preset"] == "llm-7b"
+
+
+def test_api_command_and_admin_report_a_preview_with_the_same_fields(reader_api, staff_client, tmp_path):
+    from django.core.management import call_command
+
+    from profiles.selectors import pod_yaml
+
+    pod = pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "7B"})
+    api = reader_api.post("/api/v1/preview/", {"namespace": "team-a", "pod": pod}, format="json").json()
+    path = tmp_path / "pod.yaml"
+    path.write_text(pod_yaml(pod=pod))
+    out = io.StringIO()
+    call_command("preview_pod", str(path), "-n", "team-a", "--json", stdout=out)
+    command = json.loads(out.getvalue())
+    admin = staff_client.post("/admin/profiles/namespacepolicy/preview/",
+                              {"namespace": "team-a", "pod_yaml": pod_yaml(pod=pod)}).context["preview"]
+    assert set(command) == set(api) and set(api) <= set(admin)
+    for key in ("decision", "reason", "policy", "preset", "source", "warnings", "patch", "config_version"):
+        assert api[key] == command[key] == admin[key], key

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import kubernetes_validate
 
-from mutations.quantity import QuantityError, parse_quantity
+from mutations.engine.quantity import QuantityError, parse_quantity
 
 K8S_VERSION = "1.34.0"
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")

@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from mutations.models import AdmissionAudit
-from mutations.services import pod_preview
+from profiles.preview import pod_preview
 
 NAMESPACES = ["team-a", "team-b", "team-c", "team-nlp", "team-vision", "team-search", "ray", "kserve-models"]
 USERS = ["system:serviceaccount:kube-system:replicaset-controller", "system:serviceaccount:kube-system:job-controller",

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from mutations.models import AdmissionAudit
-from mutations.rollup import audit_rows_delete
+from mutations.audit import audit_rows_delete
 
 UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 

@@ -6,7 +6,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from mutations.rollup import ROLLUP_REFRESH_MAX_ROWS, audit_rollup_refresh, audit_rollup_reset
+from mutations.audit.rollup import ROLLUP_REFRESH_MAX_ROWS, audit_rollup_refresh, audit_rollup_reset
 
 
 class Command(BaseCommand):

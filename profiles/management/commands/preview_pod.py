@@ -7,8 +7,8 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from mutations.services import pod_preview
-from profiles.selectors import catalog_current, pod_yaml_diff
+from profiles.preview import pod_preview, preview_answer
+from profiles.selectors import pod_yaml_diff
 from profiles.services import PodDocumentError, pod_document_parse
 
 
@@ -33,15 +33,10 @@ class Command(BaseCommand):
             pod = pod_document_parse(text=text)
         except PodDocumentError as exc:
             raise CommandError(f"{path}: {exc}") from exc
-        catalog = catalog_current()
-        preview = pod_preview(pod=pod, namespace=namespace, catalog=catalog)
+        preview = pod_preview(pod=pod, namespace=namespace)
         result = preview.result
         if options["json"]:
-            self.stdout.write(json.dumps({
-                "namespace": namespace, "decision": result.decision.value, "allowed": result.allowed,
-                "reason": result.reason, "field": result.field, "policy": result.policy, "preset": result.preset,
-                "source": result.source, "warnings": list(result.warnings), "patch": preview.patch,
-            }, indent=2))
+            self.stdout.write(json.dumps(preview_answer(preview), indent=2))
             return
         self.stdout.write(f"decision: {result.decision.value}")
         self.stdout.write(f"reason:   {result.reason}")
@@ -49,7 +44,7 @@ class Command(BaseCommand):
             self.stdout.write(f"field:    {result.field}")
         self.stdout.write(f"policy:   {result.policy}")
         self.stdout.write(f"preset:   {result.preset or '-'}" + (f" (chosen by {result.source})" if result.source else ""))
-        self.stdout.write(f"config:   version {catalog.version}")
+        self.stdout.write(f"config:   version {preview.config_version}")
         for warning in result.warnings:
             self.stdout.write(f"warning:  {warning}")
         diff = pod_yaml_diff(before=pod, after=result.pod, before_name=path, after_name=f"{path} (admitted)")

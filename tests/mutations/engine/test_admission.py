@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from mutations.admission import review_response
+from mutations.engine.admission import review_response
 
 PATCHES = [
     [{"op": "replace", "path": "/spec/schedulerName", "value": "volcano"}],

@@ -12,7 +12,7 @@ from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
-from mutations import selectors
+from mutations.audit import selectors
 from mutations.models import AdmissionAudit
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +39,7 @@ def history_queryset(filters: dict, sort: str = "-created_at", after_row: Admiss
     """The SQL audit_page runs, captured from the selector itself."""
     from django.test.utils import CaptureQueriesContext
 
-    after = selectors._cursor_encode(after_row, sort.lstrip("-")) if after_row else None
+    after = selectors.cursor_encode(after_row, sort.lstrip("-")) if after_row else None
     with CaptureQueriesContext(connection) as captured:
         selectors.audit_page(filters=filters, sort=sort, after=after)
     return captured.captured_queries[-1]["sql"]

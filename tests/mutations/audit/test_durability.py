@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from mutations.audit import SEGMENT_SUFFIXES
+from mutations.audit.spool import SEGMENT_SUFFIXES
 from tests.support import pods
 from tests.support.servers import GunicornProcess, database_drop, database_recreate, free_port
 
@@ -320,7 +320,7 @@ REFRESH_LOOP = """
 import sys, time
 import django
 django.setup()
-from mutations.rollup import audit_rollup_refresh
+from mutations.audit.rollup import audit_rollup_refresh
 deadline, steps, counted = time.monotonic() + float(sys.argv[1]), 0, 0
 while time.monotonic() < deadline:
     n = audit_rollup_refresh(max_rows=40, lock_timeout_ms=200)
@@ -345,7 +345,7 @@ UNION ALL
 def refresh_rollup(database_url: str, *, seconds: float) -> tuple[int, int]:
     """Refresh the rollup of that database in small steps for `seconds`, then until done: (steps, rows)."""
     done = subprocess.run(
-        [sys.executable, "-c", REFRESH_LOOP, str(seconds)], cwd=Path(__file__).resolve().parents[2],
+        [sys.executable, "-c", REFRESH_LOOP, str(seconds)], cwd=Path(__file__).resolve().parents[3],
         capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "DATABASE_URL": database_url, "INJECTOR_DEV_MODE": "true",
              "DJANGO_SETTINGS_MODULE": "injector_site.settings", "LOG_LEVEL": "WARNING"},

@@ -1,4 +1,4 @@
-"""The overview's hourly rollup (mutations/rollup.py) on PostgreSQL: the overview shows the same numbers
+"""The overview's hourly rollup (mutations/audit/rollup.py) on PostgreSQL: the overview shows the same numbers
 with it as without it, every row is counted once, pruned rows leave it, and a writer's open
 transaction is never skipped."""
 
@@ -14,9 +14,9 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from mutations import selectors
+from mutations.audit import selectors
 from mutations.models import AdmissionAudit, AuditRollup, AuditRollupMark
-from mutations.rollup import audit_rollup_mark, audit_rollup_refresh
+from mutations.audit.rollup import audit_rollup_mark, audit_rollup_refresh
 from tests.support.audit import audit_row
 
 SHAPES = [  # namespace, decision, preset, MiB

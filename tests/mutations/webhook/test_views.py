@@ -174,7 +174,7 @@ def test_audit_only_namespace_gets_no_patch_but_a_row(post_review):
 
 
 def test_internal_error_fails_open_by_default(post_review, monkeypatch):
-    monkeypatch.setattr("mutations.services.mutate_pod", _boom)
+    monkeypatch.setattr("profiles.preview.mutate_pod", _boom)
     request = pods.review(pods.vllm_deployment_pod())
     response = answer(post_review(request))["response"]
     assert response["allowed"] is True and "patch" not in response
@@ -184,7 +184,7 @@ def test_internal_error_fails_open_by_default(post_review, monkeypatch):
 
 def test_internal_error_denies_when_failure_policy_is_fail(post_review, monkeypatch, settings):
     settings.INJECTOR_FAILURE_POLICY = "Fail"
-    monkeypatch.setattr("mutations.services.mutate_pod", _boom)
+    monkeypatch.setattr("profiles.preview.mutate_pod", _boom)
     response = answer(post_review(pods.review(pods.vllm_deployment_pod())))["response"]
     assert response["allowed"] is False and response["status"]["code"] == 500
 

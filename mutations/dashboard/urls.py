@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .dashboard import views
+from . import views
 
 app_name = "dashboard"
 urlpatterns = [

@@ -6,8 +6,8 @@ import django_filters
 from django import forms
 from django.db.models import Q
 
-from mutations.models import AdmissionAudit
-from mutations.specs import Decision
+from ..engine import Decision
+from ..models import AdmissionAudit
 
 
 class AuditFilter(django_filters.FilterSet):

@@ -12,10 +12,10 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from django_prometheus.exports import ExportToDjangoView
 
-from profiles.selectors import catalog_cache, catalog_current
+from profiles.catalog import catalog_cache, catalog_current
 
-from . import admission
-from .metrics import BAD_REQUESTS
+from ..engine import admission
+from ..metrics import BAD_REQUESTS
 from .services import admission_review_handle
 
 logger = logging.getLogger("volcano_injector.admission")

@@ -13,7 +13,7 @@ Refreshing (`audit_rollup_refresh`, PostgreSQL): under LOCK TABLE ... IN SHARE M
 for the audit writers' open transactions and holds new inserts back until it commits, every id up
 to max(id) is committed and no other one can appear below it; counting (mark, max(id)] and moving
 the mark there misses nothing and counts nothing twice. Meanwhile the writers' rows wait in their
-spools (mutations/audit.py): /mutate never waits on it. The lock wait is bounded by lock_timeout;
+spools (mutations/audit/spool.py): /mutate never waits on it. The lock wait is bounded by lock_timeout;
 a refresh that does not get the lock in time is skipped, and the overview counts more rows itself.
 
 Deleting rows (`audit_rows_delete`, for prune_audit) subtracts the deleted rows at or below the
@@ -27,7 +27,7 @@ from collections import Counter
 
 from django.db import DatabaseError, connection, models, transaction
 
-from .models import AdmissionAudit, AuditRollup, AuditRollupMark
+from ..models import AdmissionAudit, AuditRollup, AuditRollupMark
 
 logger = logging.getLogger("volcano_injector.audit")
 

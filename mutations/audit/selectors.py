@@ -9,16 +9,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
-from decimal import Decimal
 
 from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 from django.utils import timezone
 
-from .dashboard.filters import AuditFilter
-from .models import AdmissionAudit, AuditRollup
+from ..engine import Decision
+from ..models import AdmissionAudit, AuditRollup
+from .filters import AuditFilter
 from .rollup import audit_rollup_mark
-from .specs import Decision
 
 # The columns a history row shows: the wide JSON columns (patch, containers, warnings) stay behind.
 LIST_FIELDS = ("id", "created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name",
@@ -102,15 +101,16 @@ def audit_page(*, filters: Mapping[str, str] | None = None, sort: str = DEFAULT_
     rows = rows[:size]
     if backwards:
         rows.reverse()
-        next_cursor = _cursor_encode(rows[-1], field_name) if rows else None
-        previous_cursor = _cursor_encode(rows[0], field_name) if (rows and more) else None
+        next_cursor = cursor_encode(rows[-1], field_name) if rows else None
+        previous_cursor = cursor_encode(rows[0], field_name) if (rows and more) else None
     else:
-        next_cursor = _cursor_encode(rows[-1], field_name) if (rows and more) else None
-        previous_cursor = _cursor_encode(rows[0], field_name) if (rows and cursor is not None) else None
+        next_cursor = cursor_encode(rows[-1], field_name) if (rows and more) else None
+        previous_cursor = cursor_encode(rows[0], field_name) if (rows and cursor is not None) else None
     return AuditPage(rows=rows, sort=sort, next_cursor=next_cursor, previous_cursor=previous_cursor)
 
 
-def _cursor_encode(row: AdmissionAudit, field_name: str) -> str:
+def cursor_encode(row: AdmissionAudit, field_name: str) -> str:
+    """The cursor of the page that starts after `row` in the order of `field_name` (then id)."""
     value = getattr(row, field_name)
     text = value.isoformat() if isinstance(value, datetime) else str(value)
     return base64.urlsafe_b64encode(json.dumps([text, row.id]).encode()).decode().rstrip("=")
@@ -227,7 +227,7 @@ def audit_overview(*, window: str = DEFAULT_WINDOW, now: datetime | None = None)
 def _window_counts(recent: QuerySet[AdmissionAudit], *, since: datetime, until: datetime, trunc) -> tuple[list, list]:
     """The window's admissions and MiB per (bucket, decision) and per (namespace, preset, decision).
 
-    Rows up to the rollup's mark come from the hourly rollup (mutations/rollup.py), the rest from
+    Rows up to the rollup's mark come from the hourly rollup (mutations/audit/rollup.py), the rest from
     the audit table (by primary key: the rows since the last refresh); each query unites both. A
     rollup that changes while this reads (a refresh, a prune) shows as a new mark version: read again,
     and after three tries count from the audit table alone (slower, never wrong). The rollup's hours
@@ -263,19 +263,3 @@ def _window_counts_from(recent, *, mark: int | None, since: datetime, until: dat
 def _truncate(moment: datetime, bucket: str) -> datetime:
     moment = moment.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0)
     return moment.replace(hour=0) if bucket == "day" else moment
-
-
-def audit_choices() -> dict[str, list[str]]:
-    """Values for the history's filter menus, from the configuration (small tables), not from 1M audit rows."""
-    from profiles.models import NamespacePolicy, Preset
-
-    return {
-        "presets": list(Preset.objects.order_by("name").values_list("name", flat=True)),
-        "namespaces": [n for n in NamespacePolicy.objects.order_by("namespace").values_list("namespace", flat=True)
-                       if "*" not in n and "?" not in n and "[" not in n],
-    }
-
-
-def gib(mib: int | Decimal | None) -> float:
-    """MiB as GiB, for people."""
-    return round(float(mib or 0) / 1024, 1)

@@ -2,7 +2,7 @@
 
 from rest_framework.routers import DefaultRouter
 
-from .api import views
+from . import views
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False

@@ -5,8 +5,8 @@ import copy
 import pytest
 
 from mutations.engine import estimate_model_vram_mib, mutate_pod
-from mutations.jsonpatch import make_patch
-from mutations.specs import (
+from mutations.engine import make_patch
+from mutations.engine.specs import (
     Catalog,
     Decision,
     GpuModelSpec,

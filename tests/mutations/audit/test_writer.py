@@ -1,4 +1,4 @@
-"""mutations/audit.py: rows are spooled before the answer, written in batches, never lost, never doubled."""
+"""mutations/audit: rows are spooled before the answer, written in batches, never lost, never doubled."""
 
 from __future__ import annotations
 
@@ -18,15 +18,16 @@ import pytest
 from django.db import connection
 from prometheus_client import REGISTRY
 
-from mutations import audit
+from mutations.audit import encoding, inserters
+from mutations.audit import spool as audit_spool
 from mutations.audit import audit_backlog_rows, audit_flush, audit_record_submit, audit_writer_start, audit_writer_stop
 from mutations.models import AdmissionAudit
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def record(uid: str | None = None, **overrides) -> dict:
-    """An audit row as services._audit_record builds it."""
+    """An audit row as mutations.webhook.record.audit_record_build builds it."""
     row = {
         "created_at": datetime.now(timezone.utc),
         "request_uid": uid or str(uuid.uuid4()),
@@ -58,7 +59,7 @@ def record(uid: str | None = None, **overrides) -> dict:
 
 
 def segments(spool: Path) -> list[Path]:
-    return sorted(spool.glob(f"*{audit.SEGMENT_SUFFIX}")) if spool.exists() else []
+    return sorted(spool.glob(f"*{audit_spool.SEGMENT_SUFFIX}")) if spool.exists() else []
 
 
 def spooling_process(spool: Path, uids: list[str], *, then: str) -> subprocess.Popen:
@@ -67,13 +68,13 @@ def spooling_process(spool: Path, uids: list[str], *, then: str) -> subprocess.P
         import os, signal, sys, django
         django.setup()
         from mutations.audit import audit_record_submit
-        from tests.mutations.test_audit_writer import record
+        from tests.mutations.audit.test_writer import record
         for uid in {uids!r}:
             audit_record_submit(record=record(uid))
         print("spooled", flush=True)
         if {then!r} == "spare-sigkill":  # killed after its writer had opened the next segment
-            from mutations.audit import _spool
-            _spool().prepare_spare()
+            from mutations.audit.spool import spool_current
+            spool_current().prepare_spare()
         if {then!r} in ("sigkill", "spare-sigkill"):
             os.kill(os.getpid(), signal.SIGKILL)
         sys.stdin.read()
@@ -131,7 +132,7 @@ def test_batch_that_was_written_but_not_removed_is_not_written_twice(audit_spool
     audit_record_submit(record=record("uid-a"))
     audit_record_submit(record=record("uid-b"))
     # The process dies between the commit and the removal of the segment.
-    monkeypatch.setattr(audit.os, "unlink", _raise_os_error)
+    monkeypatch.setattr(audit_spool.os, "unlink", _raise_os_error)
     with pytest.raises(OSError):
         audit_flush(timeout_seconds=10)
     monkeypatch.undo()
@@ -145,7 +146,7 @@ def _raise_os_error(path):
 
 @pytest.mark.django_db
 def test_rows_beyond_a_full_segment_go_to_a_new_one_and_none_is_lost(audit_spool_dir, monkeypatch):
-    monkeypatch.setattr(audit, "SEGMENT_BYTES", 1)  # every segment is exactly one row long: full at once
+    monkeypatch.setattr(audit_spool, "SEGMENT_BYTES", 1)  # every segment is exactly one row long: full at once
     uids = [f"full-{i}" for i in range(9)]
     for uid in uids:
         audit_record_submit(record=record(uid))
@@ -165,10 +166,10 @@ def test_backlog_counts_rows_added_to_an_open_segment_after_a_count(audit_spool_
 def test_sealed_segment_keeps_only_the_bytes_of_its_rows(audit_spool_dir):
     audit_record_submit(record=record("sealed"))
     [segment] = segments(audit_spool_dir)
-    assert segment.stat().st_size == audit.SEGMENT_BYTES  # reserved while open
-    audit._spool().seal()
+    assert segment.stat().st_size == audit_spool.SEGMENT_BYTES  # reserved while open
+    audit_spool.spool_current().seal()
     header, row = segment.read_bytes().splitlines(keepends=True)
-    assert header == audit.HEADER and b"\tsealed\t" in row and row.endswith(b"\n")
+    assert header == encoding.HEADER and b"\tsealed\t" in row and row.endswith(b"\n")
     assert b"\0" not in segment.read_bytes()
 
 
@@ -204,9 +205,9 @@ def test_row_the_database_refuses_is_set_aside_and_the_others_are_written(audit_
     audit_record_submit(record=record("good-2"))
     assert audit_flush(timeout_seconds=10) == 2
     assert sorted(AdmissionAudit.objects.values_list("request_uid", flat=True)) == ["good-1", "good-2"]
-    [rejected] = (audit_spool_dir / "rejected").glob(f"*{audit.SEGMENT_SUFFIX}")
+    [rejected] = (audit_spool_dir / "rejected").glob(f"*{audit_spool.SEGMENT_SUFFIX}")
     header, line = rejected.read_bytes().splitlines(keepends=True)
-    assert header == audit.HEADER and audit._decode(audit._COLUMNS, line)["request_uid"] == "bad"
+    assert header == encoding.HEADER and encoding.row_decode(encoding.COLUMNS, line)["request_uid"] == "bad"
     assert segments(audit_spool_dir) == []
 
 
@@ -287,7 +288,7 @@ def test_writer_keeps_rows_while_postgresql_is_unreachable_and_writes_them_after
 def test_stopping_the_writer_writes_what_is_pending_and_leaves_an_empty_spool(fast_writer, settings, audit_spool_dir):
     settings.INJECTOR_AUDIT_FLUSH_SECONDS = 3600  # only the exit writes
     audit_writer_start()
-    wait_for(lambda: audit._spool().spare is not None)  # the writer's first cycle opened the next segment
+    wait_for(lambda: audit_spool.spool_current().spare is not None)  # the writer's first cycle opened the next segment
     for i in range(7):
         audit_record_submit(record=record(f"exit-{i}"))
     assert audit_writer_stop(timeout_seconds=10) == 7
@@ -297,7 +298,7 @@ def test_stopping_the_writer_writes_what_is_pending_and_leaves_an_empty_spool(fa
 
 @pytest.mark.django_db
 def test_rows_go_into_the_segment_the_writer_prepared_and_reach_the_table(audit_spool_dir):
-    audit._spool().prepare_spare()
+    audit_spool.spool_current().prepare_spare()
     [prepared] = segments(audit_spool_dir)
     assert audit_backlog_rows() == 0, "a prepared segment holds no rows"
     audit_record_submit(record=record("into-the-spare"))
@@ -310,8 +311,8 @@ def test_rows_go_into_the_segment_the_writer_prepared_and_reach_the_table(audit_
 
 @pytest.mark.django_db
 def test_a_row_larger_than_the_prepared_segment_gets_a_segment_of_its_own(audit_spool_dir, monkeypatch):
-    monkeypatch.setattr(audit, "SPARE_MIN_BYTES", 64)
-    audit._spool().prepare_spare()
+    monkeypatch.setattr(audit_spool, "SPARE_MIN_BYTES", 64)
+    audit_spool.spool_current().prepare_spare()
     audit_record_submit(record=record("too-big-for-the-spare"))
     assert len(segments(audit_spool_dir)) == 2, "the small spare stays for a later row"
     assert audit_flush(timeout_seconds=10) == 1
@@ -358,7 +359,7 @@ def _remove_capture_handlers():
 
 
 def test_writer_uses_its_own_connection_not_djangos():
-    inserter = audit.PsycopgInserter()
+    inserter = inserters.PsycopgInserter()
     assert inserter._connection is None and connection.connection is None or inserter._connection is not connection
 
 
@@ -407,11 +408,11 @@ def test_segment_from_an_earlier_version_in_json_lines_is_written(audit_spool_di
     old["created_at"] = old["created_at"].isoformat()
     del old["replica"]  # a column the earlier version did not have takes its default
     lines = [json.dumps(old), "{not json", json.dumps({**old, "request_uid": "legacy-2"})]
-    (audit_spool_dir / f"audit-1-1-1{audit.LEGACY_SUFFIX}").write_text("\n".join(lines) + "\n")
+    (audit_spool_dir / f"audit-1-1-1{audit_spool.LEGACY_SUFFIX}").write_text("\n".join(lines) + "\n")
     assert audit_backlog_rows() == 3
     assert audit_flush(timeout_seconds=10) == 2
     assert sorted(AdmissionAudit.objects.values_list("request_uid", "replica")) == [("legacy-1", ""), ("legacy-2", "")]
-    [rejected] = (audit_spool_dir / "rejected").glob(f"*{audit.LEGACY_SUFFIX}")
+    [rejected] = (audit_spool_dir / "rejected").glob(f"*{audit_spool.LEGACY_SUFFIX}")
     assert rejected.read_text() == "{not json\n"
     assert segments(audit_spool_dir) == [] and audit_backlog_rows() == 0
 
@@ -419,12 +420,12 @@ def test_segment_from_an_earlier_version_in_json_lines_is_written(audit_spool_di
 @pytest.mark.django_db
 def test_segment_with_other_columns_is_written_with_todays_defaults(audit_spool_dir):
     """A segment whose header names other columns (another version): matched by name, not position."""
-    columns = tuple(reversed([c for c in audit._COLUMNS if c != "replica"])) + ("retired_column",)
+    columns = tuple(reversed([c for c in encoding.COLUMNS if c != "replica"])) + ("retired_column",)
     row = record("other-columns", reason="moved\tcolumns", resources_before=[])
-    fields = [audit._field_text(audit._TABLE_COLUMNS[audit._COLUMNS.index(c)], row[c]) for c in columns[:-1]]
-    body = audit._header(columns) + ("\t".join(fields + ["gone"]) + "\n").encode()
+    fields = [encoding.field_text(encoding.TABLE_COLUMNS[encoding.COLUMNS.index(c)], row[c]) for c in columns[:-1]]
+    body = encoding.header_line(columns) + ("\t".join(fields + ["gone"]) + "\n").encode()
     audit_spool_dir.mkdir(parents=True)
-    (audit_spool_dir / f"audit-1-1-1{audit.SEGMENT_SUFFIX}").write_bytes(body)
+    (audit_spool_dir / f"audit-1-1-1{audit_spool.SEGMENT_SUFFIX}").write_bytes(body)
     assert audit_backlog_rows() == 1
     assert audit_flush(timeout_seconds=10) == 1
     stored = AdmissionAudit.objects.get()

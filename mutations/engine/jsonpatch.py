@@ -15,6 +15,13 @@ def escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
+def unescape(token: str) -> str:
+    """The key a JSON Pointer reference token names: `~1` becomes `/`, then `~0` becomes `~` (RFC 6901)."""
+    if "~" not in token:
+        return token
+    return token.replace("~1", "/").replace("~0", "~")
+
+
 def make_patch(source: object, target: object) -> list[dict]:
     """Operations that turn `source` into `target`."""
     ops: list[dict] = []

@@ -1,7 +1,7 @@
 """The engine's inputs and outputs: frozen values, no Django.
 
 Database rows (presets, GPU models, namespace policies) become these dataclasses once per
-configuration change (profiles/selectors.py); the engine only ever sees these.
+configuration change (profiles/catalog.py); the engine only ever sees these.
 """
 
 from __future__ import annotations
@@ -90,6 +90,11 @@ class PresetSpec:
         return low < size_b <= high
 
 
+def is_namespace_pattern(namespace: str) -> bool:
+    """Whether a policy's namespace is a shell-style pattern (`team-*`, `*`) rather than one namespace."""
+    return any(ch in namespace for ch in "*?[")
+
+
 # What a namespace without a policy gets, and what the data migration's `*` policy mirrors.
 BUILTIN_RESOURCE_DEFAULTS = ResourceDefaults(
     cpu_request="1", cpu_limit="8", memory_request="8Gi", memory_limit="32Gi"
@@ -113,7 +118,7 @@ class PolicySpec:
 
     @property
     def is_pattern(self) -> bool:
-        return any(ch in self.namespace for ch in "*?[")
+        return is_namespace_pattern(self.namespace)
 
     def matches(self, namespace: str) -> bool:
         if self.is_pattern:

@@ -178,7 +178,7 @@ def test_history_sorts_by_memory(staff_client):
 
 
 def test_history_pages_walk_every_row_once_in_both_directions(staff_client, monkeypatch):
-    monkeypatch.setattr("mutations.selectors.PAGE_SIZE", 4)
+    monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 4)
     same_time = timezone.now() - timedelta(hours=1)
     for i in range(10):  # equal timestamps: the id breaks the tie, nothing is skipped or repeated
         audit_row(request_uid=f"r{i:02d}", created_at=same_time if i % 2 else same_time - timedelta(minutes=i))

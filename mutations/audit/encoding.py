@@ -1,0 +1,146 @@
+"""One audit row as one line of PostgreSQL's COPY text format, and back.
+
+The columns are the AdmissionAudit model's, read once at import. Why COPY text, and what a row
+costs: docs/audit-write-path.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+
+import orjson
+from django.db.models import BooleanField, JSONField
+
+from ..models import AdmissionAudit
+
+HEADER_PREFIX = b"#volcano-injector audit rows, PostgreSQL COPY text format, columns: "
+
+
+@dataclass(frozen=True)
+class Column:
+    """One audit table column and how its values are written."""
+
+    name: str
+    kind: str  # "json", "bool", "text" (cut to `limit` characters) or "value" (numbers, timestamps)
+    limit: int | None
+    default: object
+
+
+def _table_columns() -> tuple[Column, ...]:
+    columns = []
+    for f in AdmissionAudit._meta.concrete_fields:
+        if f.primary_key:
+            continue
+        if isinstance(f, JSONField):
+            kind = "json"
+        elif isinstance(f, BooleanField):
+            kind = "bool"
+        elif f.get_internal_type() in ("CharField", "TextField"):
+            kind = "text"
+        else:
+            kind = "value"
+        # Django's default for a missing value: the field's own, "" for a text field, else None. A
+        # missing created_at thus encodes as NULL, which the NOT NULL column refuses: the row is set
+        # aside (quarantined) rather than written with an invented value.
+        columns.append(Column(f.column, kind, getattr(f, "max_length", None), f.get_default()))
+    return tuple(columns)
+
+
+TABLE_COLUMNS = _table_columns()
+COLUMNS = tuple(c.name for c in TABLE_COLUMNS)
+KINDS = {c.name: c.kind for c in TABLE_COLUMNS}
+TABLE = AdmissionAudit._meta.db_table
+
+
+def header_line(columns: tuple[str, ...]) -> bytes:
+    return HEADER_PREFIX + ",".join(columns).encode() + b"\n"
+
+
+HEADER = header_line(COLUMNS)
+
+# COPY text format: backslash, tab, newline and carriage return are escaped; NUL cannot be stored in
+# PostgreSQL text at all and is dropped.
+_COPY_SPECIAL = re.compile(r"[\\\t\n\r\x00]")
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\x00": ""})
+_COPY_UNESCAPE = re.compile(r"\\(.)")
+_COPY_UNESCAPES = {"t": "\t", "n": "\n", "r": "\r"}
+
+
+def _json_default(value):
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def _json_text(value) -> str:
+    """Compact JSON that jsonb accepts (no NUL), escaped for COPY (JSON has no raw tab or newline)."""
+    try:
+        data = orjson.dumps(value, default=_json_default)
+    except TypeError:  # lone surrogates, non-string keys: the standard library takes them
+        data = None
+    if data is None or b"\\u0000" in data:
+        text = json.dumps(_without_nul(value), default=_json_default, ensure_ascii=False, separators=(",", ":"))
+    else:
+        text = data.decode()
+    return text.replace("\\", "\\\\")
+
+
+def field_text(column: Column, value) -> str:
+    if value is None:
+        return "\\N"
+    kind = column.kind
+    if kind == "json":
+        return _json_text(value)
+    if kind == "bool":
+        return "t" if value else "f"
+    if kind == "text":
+        text = value if isinstance(value, str) else str(value)
+        if column.limit is not None and len(text) > column.limit:
+            text = text[:column.limit]
+    else:
+        text = value.isoformat() if isinstance(value, (datetime, date)) else str(value)
+    return text.translate(_COPY_ESCAPES) if _COPY_SPECIAL.search(text) else text
+
+
+def row_encode(record: dict) -> bytes:
+    """One COPY text line for HEADER's columns: strings cut to their column, no NUL, valid UTF-8.
+
+    A field missing from the record takes the model field's default. Lone surrogates (legal in
+    Python strings parsed from JSON, not in UTF-8) become "?".
+    """
+    fields = [field_text(c, record.get(c.name, c.default)) for c in TABLE_COLUMNS]
+    return ("\t".join(fields) + "\n").encode("utf-8", "replace")
+
+
+def row_decode(columns: tuple[str, ...], line: bytes) -> dict:
+    """The record a COPY text line holds (for the ORM path and for reading set-aside rows)."""
+    values = line.rstrip(b"\n").decode("utf-8").split("\t")
+    if len(values) != len(columns):
+        raise ValueError(f"{len(values)} fields for {len(columns)} columns")
+    record = {}
+    for name, raw in zip(columns, values):
+        if raw == "\\N":
+            record[name] = None
+            continue
+        text = _COPY_UNESCAPE.sub(lambda m: _COPY_UNESCAPES.get(m.group(1), m.group(1)), raw) if "\\" in raw else raw
+        kind = KINDS.get(name)
+        record[name] = json.loads(text) if kind == "json" else (text == "t") if kind == "bool" else text
+    return record
+
+
+def _without_nul(value):
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,271 @@
+"""The mutation engine: a Pod in (a plain dict), the Pod to admit out. No Django here.
+
+`mutate_pod(pod, ctx)` never edits its input. It converts `nvidia.com/gpu` into Volcano's
+vGPU resources (sized by sizing.py), points GPU Pods at the Volcano scheduler, fills missing
+CPU/memory requests and limits without overriding what the user wrote (defaults.py), applies the
+namespace policy's checks (checks.py), and records what it applied in
+`volcano-injector.io/applied-*` annotations. Its own output, fed back, is returned unchanged
+(the webhook is registered with reinvocationPolicy: IfNeeded).
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+from .annotations import (
+    ANN_APPLIED_POLICY,
+    ANN_APPLIED_PRESET,
+    ANN_APPLIED_SOURCE,
+    ANN_APPLIED_VGPU_MEMORY,
+    ANN_GPU_TYPE,
+    ANN_SKIP,
+    ANN_VGPU_CORES,
+    annotation_read,
+    is_true,
+)
+from .checks import policy_limits_check, privileged_check
+from .defaults import cpu_memory_fill
+from .denial import Denial
+from .pod import Container, asks_for_gpu, containers_read, has_vgpu, resource_map, resources_store, working_copy
+from .quantity import QuantityError, parse_quantity
+from .sizing import Sizing, sizing_decide
+from .specs import (
+    GPU_RESOURCE,
+    USE_GPUTYPE,
+    VGPU_CORES,
+    VGPU_MEMORY,
+    VGPU_NUMBER,
+    ContainerGrant,
+    Decision,
+    Mode,
+    MutationContext,
+    MutationResult,
+    SchedulerScope,
+)
+
+
+def mutate_pod(pod: dict, ctx: MutationContext) -> MutationResult:
+    """Decide what the Pod becomes under the namespace's policy; never edits `pod`."""
+    policy = ctx.policy
+    if not isinstance(pod, dict):
+        return _denied(pod, ctx, Denial("object", "the object is not a Pod (expected a JSON object)"))
+    metadata = pod.get("metadata")
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        return _denied(pod, ctx, Denial("metadata", "metadata must be an object"))
+    annotations, labels = metadata.get("annotations") or {}, metadata.get("labels") or {}
+    if not isinstance(annotations, dict) or not isinstance(labels, dict):
+        return _denied(pod, ctx, Denial("metadata", "metadata.annotations and metadata.labels must be objects"))
+    if is_true(annotations.get(ANN_SKIP)) or is_true(labels.get(ANN_SKIP)):
+        return MutationResult(Decision.SKIPPED, pod, f"{ANN_SKIP} is true", policy.namespace)
+    if policy.mode is Mode.OFF:
+        return MutationResult(Decision.SKIPPED, pod, f"namespace policy {policy.namespace!r} is off", policy.namespace)
+    try:
+        return _Mutation(pod, ctx, annotations).run()
+    except Denial as denial:
+        return _denied(pod, ctx, denial)
+
+
+def _denied(pod: object, ctx: MutationContext, denial: Denial) -> MutationResult:
+    policy = ctx.policy
+    if policy.mode is Mode.AUDIT_ONLY:
+        return MutationResult(
+            Decision.AUDIT_ONLY, pod if isinstance(pod, dict) else {}, f"would deny: {denial.message}",
+            policy.namespace, field=denial.field,
+        )
+    return MutationResult(
+        Decision.DENIED, pod if isinstance(pod, dict) else {}, denial.message, policy.namespace, field=denial.field
+    )
+
+
+class _Mutation:
+    def __init__(self, original: dict, ctx: MutationContext, annotations: dict):
+        self.original = original
+        self.pod = working_copy(original)
+        self.ctx = ctx
+        self.policy = ctx.policy
+        self.catalog = ctx.catalog
+        self.annotations = annotations
+        self.warnings: list[str] = []
+        self.grants: list[ContainerGrant] = []
+
+    # --- the steps ---------------------------------------------------------------------
+    def run(self) -> MutationResult:
+        spec = self.pod.get("spec")
+        if not isinstance(spec, dict):
+            raise Denial("spec", "spec must be an object with containers")
+        containers = containers_read(spec)
+        to_convert = [c for c in containers if asks_for_gpu(c)]
+        sizing = None
+        if to_convert:
+            sizing = sizing_decide(annotations=self.annotations, policy=self.policy, catalog=self.catalog,
+                                   warnings=self.warnings)
+            for container in to_convert:
+                self._convert(container, sizing)
+        gpu_containers = [c for c in containers if VGPU_NUMBER in resource_map(c, "limits")]
+        is_gpu_pod = bool(gpu_containers)
+        if is_gpu_pod:
+            privileged_check(containers=containers, policy=self.policy)
+            policy_limits_check(gpu_containers=gpu_containers, policy=self.policy)
+            defaults = sizing.resources if sizing else self.policy.resources
+            for container in gpu_containers:
+                cpu_memory_fill(container=container, defaults=defaults, warnings=self.warnings)
+        if is_gpu_pod or self.policy.scheduler_scope is SchedulerScope.ALL_PODS:
+            self._set_scheduler(spec)
+        if sizing and self.grants:
+            self._pin_gpu_model(sizing)
+            self._annotate(sizing)
+        return self._result(sizing)
+
+    def _result(self, sizing: Sizing | None) -> MutationResult:
+        preset = sizing.preset.name if sizing and sizing.preset else None
+        source = sizing.source if sizing else None
+        common = dict(
+            policy=self.policy.namespace, preset=preset, source=source,
+            grants=tuple(self.grants), warnings=tuple(self.warnings),
+        )
+        if self.pod == self.original:
+            reason = "already converted" if has_vgpu(self.original) else "no GPU request"
+            return MutationResult(Decision.UNCHANGED, self.original, reason, **common)
+        if self.grants:
+            total = sum(g.vgpu_number for g in self.grants)
+            reason = f"converted {total} GPU(s) to vGPUs ({source})"
+        else:
+            reason = "set scheduler and resource defaults"
+        if self.policy.mode is Mode.AUDIT_ONLY:
+            return MutationResult(Decision.AUDIT_ONLY, self.pod, f"would apply: {reason}", **common)
+        return MutationResult(Decision.MUTATED, self.pod, reason, **common)
+
+
+    # --- converting containers -------------------------------------------------------------
+    def _convert(self, container: Container, sizing: Sizing) -> None:
+        resources = container.body.setdefault("resources", {})
+        limits = resources.get("limits") or {}
+        requests = resources.get("requests")
+        count = self._gpu_count(container, limits, requests or {})
+        if VGPU_NUMBER in limits or (requests and VGPU_NUMBER in requests):
+            raise Denial(
+                f"{container.path}.resources",
+                f"container {container.name!r} asks for both {GPU_RESOURCE} and {VGPU_NUMBER}; keep one of them",
+            )
+        limits = {k: v for k, v in limits.items() if k != GPU_RESOURCE}
+        if requests is not None:
+            requests = {k: v for k, v in requests.items() if k != GPU_RESOURCE}
+        if count == 0:
+            self.warnings.append(f"container {container.name!r}: {GPU_RESOURCE}: 0 removed")
+            resources_store(resources, limits, requests)
+            return
+        number, memory_mib, cores = self._grant(container, count, sizing)
+        written = {VGPU_NUMBER: str(number), VGPU_MEMORY: str(memory_mib)}
+        if cores is not None:
+            written[VGPU_CORES] = str(cores)
+        for key in (VGPU_MEMORY, VGPU_CORES):
+            if key in limits:  # the user wrote it: keep theirs
+                written[key] = limits[key]
+                self.warnings.append(f"container {container.name!r}: kept {key}: {limits[key]} as written")
+        limits.update(written)
+        if requests is not None:
+            requests.update(written)
+        resources_store(resources, limits, requests)
+        granted_memory = _int_or(written[VGPU_MEMORY], memory_mib)
+        granted_cores = _int_or(written.get(VGPU_CORES), cores)
+        self.grants.append(
+            ContainerGrant(container.name, container.init, format(count.normalize(), "f"), number,
+                           granted_memory, granted_cores)
+        )
+        cores_text = f", {granted_cores}% cores" if granted_cores is not None else ""
+        self.warnings.append(
+            f"container {container.name!r}: {GPU_RESOURCE}: {format(count.normalize(), 'f')} became "
+            f"{number} vGPU(s) of {granted_memory} MiB{cores_text} ({sizing.source})"
+        )
+
+    def _gpu_count(self, container: Container, limits: dict, requests: dict) -> Decimal:
+        values = {}
+        for part, source in (("limits", limits), ("requests", requests)):
+            if GPU_RESOURCE in source:
+                field = f"{container.path}.resources.{part}[{GPU_RESOURCE}]"
+                try:
+                    values[part] = parse_quantity(source[GPU_RESOURCE])
+                except QuantityError as exc:
+                    raise Denial(field, f"{field}: {exc}; use a whole number of GPUs or a fraction below 1")
+                if values[part] < 0:
+                    raise Denial(field, f"{field}: {source[GPU_RESOURCE]!r} is negative; use a whole number of GPUs")
+        if len(values) == 2 and values["limits"] != values["requests"]:
+            raise Denial(
+                f"{container.path}.resources.requests[{GPU_RESOURCE}]",
+                f"container {container.name!r}: {GPU_RESOURCE} request {requests[GPU_RESOURCE]!r} must equal its "
+                f"limit {limits[GPU_RESOURCE]!r}",
+            )
+        return values.get("limits", values.get("requests"))
+
+    def _grant(self, container: Container, count: Decimal, sizing: Sizing) -> tuple[int, int, int | None]:
+        field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
+        if count == count.to_integral_value():
+            if count > 1024:
+                raise Denial(field, f"container {container.name!r}: {count} GPUs is not a plausible request")
+            return int(count), sizing.vgpu_memory_mib, sizing.vgpu_cores_percent
+        if count > 1:
+            raise Denial(
+                field,
+                f"container {container.name!r}: {GPU_RESOURCE}: {format(count.normalize(), 'f')} is neither whole "
+                "nor below 1; use a whole number of GPUs, or a fraction such as 500m for part of one card",
+            )
+        card = sizing.gpu_model
+        if card is None:
+            known = ", ".join(sorted(self.catalog.gpu_models)) or "none are configured"
+            raise Denial(
+                field,
+                f"container {container.name!r}: a fractional {GPU_RESOURCE} ({format(count.normalize(), 'f')}) "
+                f"needs a known GPU model to size it: set {ANN_GPU_TYPE} to one of: {known}, "
+                "or use a preset with a GPU model",
+            )
+        memory_mib = max(1, int(card.memory_mib * count))
+        cores = annotation_read(self.annotations, ANN_VGPU_CORES)
+        share_cores = int(cores) if cores is not None else max(1, math.ceil(count * 100))
+        return 1, memory_mib, share_cores
+
+
+    # --- scheduler and annotations -------------------------------------------------------------
+    def _set_scheduler(self, spec: dict) -> None:
+        wanted = self.policy.scheduler_name
+        current = spec.get("schedulerName")
+        if not wanted or current == wanted:
+            return
+        if current in (None, "", "default-scheduler"):
+            spec["schedulerName"] = wanted
+            self.warnings.append(f"spec.schedulerName set to {wanted}")
+        else:
+            self.warnings.append(
+                f"spec.schedulerName {current!r} kept as written; vGPU resources are only placed by {wanted!r}"
+            )
+
+    def _pin_gpu_model(self, sizing: Sizing) -> None:
+        card = sizing.gpu_model
+        if card is None:
+            return
+        annotations = self.pod["metadata"].setdefault("annotations", {})
+        current = annotations.get(USE_GPUTYPE)
+        if current is None:
+            annotations[USE_GPUTYPE] = card.match
+            self.warnings.append(f"pinned to {card.name} GPUs ({USE_GPUTYPE}: {card.match})")
+        elif card.match.lower() not in str(current).lower():
+            self.warnings.append(f"{USE_GPUTYPE}: {current!r} kept as written, although sized for {card.name}")
+
+    def _annotate(self, sizing: Sizing) -> None:
+        annotations = self.pod.setdefault("metadata", {}).setdefault("annotations", {})
+        if sizing.preset is not None:
+            annotations[ANN_APPLIED_PRESET] = sizing.preset.name
+        annotations[ANN_APPLIED_POLICY] = self.policy.namespace
+        annotations[ANN_APPLIED_SOURCE] = sizing.source
+        annotations[ANN_APPLIED_VGPU_MEMORY] = str(sizing.vgpu_memory_mib)
+
+
+
+
+def _int_or(value: object, fallback: int | None) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return fallback

@@ -1,0 +1,1 @@
+"""The webhook: POST /mutate (AdmissionReview in, AdmissionReview out) and the probes."""

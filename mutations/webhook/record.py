@@ -1,0 +1,104 @@
+"""The audit row of one answered admission: who asked, for which Pod, what was decided and why."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+
+from django.conf import settings
+
+from profiles.preview import Preview
+
+from ..engine import GPU_RESOURCE, AdmissionRequest, Decision, QuantityError, parse_quantity
+
+
+def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, decision: Decision, reason: str,
+                       field: str, duration: float) -> dict:
+    """The AdmissionAudit fields for one answered admission (strings and numbers, ready to spool)."""
+    metadata = pod_metadata(request)
+    owner_kind, owner_name = _owner(metadata)
+    result = preview.result if preview else None
+    grants = result.grants if result else ()
+    before = _resources_before(request) if preview else []
+    return {
+        # Strings, not datetime/Decimal: the row is encoded as a COPY text line on the hot path.
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "request_uid": request.uid,
+        "operation": request.operation,
+        "namespace": request.namespace or text_cut(metadata.get("namespace")),
+        "pod_name": request.name or text_cut(metadata.get("name")),
+        "generate_name": text_cut(metadata.get("generateName")),
+        "owner_kind": owner_kind,
+        "owner_name": owner_name,
+        "username": request.username,
+        "decision": decision.value,
+        "reason": reason[:4000],
+        "field": field[:256],
+        "preset_name": (result.preset or "") if result else "",
+        "policy_name": result.policy if result else "",
+        "source": ((result.source or "") if result else "")[:128],
+        "gpus_requested": str(_gpus_asked(before)),
+        "vgpus_granted": sum(g.vgpu_number for g in grants),
+        "vgpu_memory_mib": sum(g.vgpu_number * (g.vgpu_memory_mib or 0) for g in grants),
+        "containers": [g.as_dict() for g in grants],
+        "resources_before": before,
+        "patch": preview.patch if preview else [],
+        "warnings": list(result.warnings) if result else [],
+        "dry_run": request.dry_run,
+        "duration_ms": round(duration * 1000, 3),
+        "replica": settings.INJECTOR_REPLICA,
+    }
+
+
+def _resources_before(request: AdmissionRequest) -> list[dict]:
+    """Each container's resources as the Pod arrived, for the audit's before/after view (small: no images, env)."""
+    pod = request.object if isinstance(request.object, dict) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    before = []
+    for key, init in (("containers", False), ("initContainers", True)):
+        containers = spec.get(key)
+        for container in containers if isinstance(containers, list) else ():
+            if isinstance(container, dict):
+                resources = container.get("resources")
+                before.append({"container": text_cut(container.get("name")), "init": init,
+                               "resources": resources if isinstance(resources, dict) else {}})
+    return before
+
+
+def _gpus_asked(resources_before: list[dict]) -> Decimal:
+    """nvidia.com/gpu the Pod asked for (denied Pods included), limits first, as the engine reads them."""
+    total = Decimal(0)
+    for entry in resources_before:
+        resources = entry["resources"]
+        for part in ("limits", "requests"):
+            values = resources.get(part)
+            if isinstance(values, dict) and GPU_RESOURCE in values:
+                try:
+                    total += max(parse_quantity(values[GPU_RESOURCE]), Decimal(0))
+                except QuantityError:
+                    pass
+                break
+    return min(total, Decimal("999999999.999"))
+
+
+def pod_metadata(request: AdmissionRequest) -> dict:
+    """The Pod's metadata as sent (empty when missing or malformed)."""
+    pod = request.object if isinstance(request.object, dict) else {}
+    metadata = pod.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _owner(metadata: dict) -> tuple[str, str]:
+    owners = metadata.get("ownerReferences")
+    if not isinstance(owners, list):
+        return "", ""
+    owners = [o for o in owners if isinstance(o, dict)]
+    controller = next((o for o in owners if o.get("controller") is True), owners[0] if owners else None)
+    if not controller:
+        return "", ""
+    return text_cut(controller.get("kind"))[:63], text_cut(controller.get("name"))
+
+
+def text_cut(value: object) -> str:
+    """A string cut to a Kubernetes name's 253 characters; anything else is empty."""
+    return value[:253] if isinstance(value, str) else ""

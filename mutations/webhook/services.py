@@ -1,0 +1,94 @@
+"""Answering an AdmissionReview: where the wire format, the engine, configuration and audit meet."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.conf import settings
+
+from profiles.preview import Preview, pod_preview
+
+from ..audit import audit_record_submit
+from ..engine import Decision, admission
+from ..metrics import ADMISSION_DURATION, ADMISSIONS
+from .record import audit_record_build, pod_metadata, text_cut
+
+logger = logging.getLogger("volcano_injector.admission")
+
+
+def admission_review_handle(*, body: object) -> dict:
+    """Answer one AdmissionReview body; raise admission.BadReview if it is not one."""
+    started = time.perf_counter()
+    request = admission.parse_review(body)
+    preview: Preview | None = None
+    try:
+        response, preview, decision, reason, field = _decide(request)
+    except Exception as exc:  # the one place failure handling is decided: INJECTOR_FAILURE_POLICY
+        logger.exception("admission failed", extra={"request_uid": request.uid})
+        decision, reason, field = Decision.ERROR, f"internal error: {type(exc).__name__}: {exc}", ""
+        response = _failure_response(request.uid)
+    duration = time.perf_counter() - started
+    ADMISSIONS.labels(decision.value).inc()
+    ADMISSION_DURATION.observe(duration)
+    if not request.dry_run and settings.INJECTOR_AUDIT_ENABLED:
+        audit_record_submit(record=audit_record_build(request=request, preview=preview, decision=decision,
+                                                      reason=reason, field=field, duration=duration))
+    _log(request, preview, decision, reason, duration)
+    return response
+
+
+def _decide(request: admission.AdmissionRequest):
+    if request.operation != "CREATE" or not request.is_pod:
+        reason = f"{request.operation} of {request.kind} is not mutated (only Pod CREATE is)"
+        return admission.review_response(request.uid, allowed=True), None, Decision.SKIPPED, reason, ""
+    pod = request.object
+    namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
+    preview = pod_preview(pod=pod, namespace=namespace)
+    result = preview.result
+    if result.decision is Decision.DENIED:
+        response = admission.review_response(
+            request.uid, allowed=False, code=403, message=result.reason, warnings=result.warnings
+        )
+    elif result.decision is Decision.MUTATED:
+        response = admission.review_response(request.uid, allowed=True, patch=preview.patch, warnings=result.warnings)
+    elif result.decision is Decision.AUDIT_ONLY:
+        warnings = (f"namespace policy {result.policy!r} is audit-only, nothing was changed; {result.reason}",)
+        response = admission.review_response(request.uid, allowed=True, warnings=warnings)
+    else:
+        response = admission.review_response(request.uid, allowed=True)
+    return response, preview, result.decision, result.reason, result.field or ""
+
+
+def _failure_response(uid: str) -> dict:
+    if settings.INJECTOR_FAILURE_POLICY == "Fail":
+        return admission.review_response(
+            uid, allowed=False, code=500,
+            message="volcano-injector could not process this Pod (internal error); try again or ask your operator",
+        )
+    return admission.review_response(
+        uid, allowed=True,
+        warnings=("volcano-injector failed internally and admitted this Pod unchanged (no vGPU conversion)",),
+    )
+
+
+def _log(request, preview: Preview | None, decision: Decision, reason: str, duration: float) -> None:
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    result = preview.result if preview else None
+    logger.info(
+        "admission",
+        extra={
+            "request_uid": request.uid,
+            "namespace": request.namespace,
+            "pod": request.name or text_cut(pod_metadata(request).get("generateName")),
+            "user": request.username,
+            "decision": decision.value,
+            "reason": reason,
+            "preset": result.preset if result else None,
+            "dry_run": request.dry_run,
+            "duration_ms": round(duration * 1000, 3),
+        },
+    )
+    if preview and preview.patch and logger.isEnabledFor(logging.DEBUG):
+        logger.debug("admission patch", extra={"request_uid": request.uid, "patch": preview.patch})

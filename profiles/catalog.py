@@ -1,0 +1,189 @@
+"""The configuration the engine reads: one cached Catalog per process, rebuilt when the version changes.
+
+Each process keeps one Catalog (frozen dataclasses built from the rows) and rebuilds it only
+when the configuration version in the database changes. With INJECTOR_CONFIG_RECHECK_SECONDS > 0
+a background thread compares the version that often, so /mutate never waits on the database for
+configuration; with 0 (the tests) the version is compared inline on every call. When the database
+is unreachable the last good Catalog stays in use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connections
+
+from mutations.engine import (
+    Catalog,
+    GpuModelSpec,
+    Mode,
+    PolicySpec,
+    PresetSpec,
+    ResourceDefaults,
+    SchedulerScope,
+    select_policy,
+)
+
+from .models import ConfigVersion, GpuModel, NamespacePolicy, Preset
+
+logger = logging.getLogger("volcano_injector.config")
+
+
+def config_version_get() -> int:
+    """The current configuration version (0 before the first change)."""
+    return ConfigVersion.objects.filter(pk=1).values_list("version", flat=True).first() or 0
+
+
+def catalog_build() -> Catalog:
+    """Read every preset, GPU model and policy into one frozen Catalog (four queries)."""
+    version = config_version_get()
+    gpu_models = {m.name: _gpu_model_spec(m) for m in GpuModel.objects.all()}
+    presets = {}
+    default_preset = None
+    for row in Preset.objects.select_related("gpu_model"):
+        presets[row.name] = PresetSpec(
+            name=row.name,
+            vgpu_memory_mib=row.vgpu_memory_mib,
+            vgpu_cores_percent=row.vgpu_cores_percent,
+            min_model_size_b=_float(row.min_model_size_b),
+            max_model_size_b=_float(row.max_model_size_b),
+            gpu_model=gpu_models.get(row.gpu_model.name) if row.gpu_model else None,
+            resources=_resource_defaults(row),
+            enabled=row.enabled,
+            is_default=row.is_default,
+        )
+        if row.is_default and row.enabled:
+            default_preset = row.name
+    policies = tuple(
+        policy_spec_from_row(row)
+        for row in NamespacePolicy.objects.select_related("default_preset").prefetch_related("allowed_presets")
+    )
+    return Catalog(presets=presets, gpu_models=gpu_models, policies=policies,
+                   default_preset=default_preset, version=version)
+
+
+def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
+    """The engine's view of a namespace policy row (unsaved rows work too, for previews)."""
+    allowed = frozenset(p.name for p in row.allowed_presets.all()) if row.pk else frozenset()
+    return PolicySpec(
+        namespace=row.namespace,
+        mode=Mode(row.mode),
+        default_preset=row.default_preset.name if row.default_preset_id else None,
+        allowed_presets=allowed,
+        max_vgpus_per_pod=row.max_vgpus_per_pod,
+        max_vgpu_memory_mib=row.max_vgpu_memory_mib,
+        scheduler_name=row.scheduler_name,
+        scheduler_scope=SchedulerScope(row.scheduler_scope),
+        resources=_resource_defaults(row),
+        deny_privileged=row.deny_privileged,
+    )
+
+
+def _resource_defaults(row: Preset | NamespacePolicy) -> ResourceDefaults:
+    """The CPU/memory defaults a preset or policy row sets (blank fields set nothing)."""
+    return ResourceDefaults(
+        cpu_request=row.cpu_request or None,
+        cpu_limit=row.cpu_limit or None,
+        memory_request=row.memory_request or None,
+        memory_limit=row.memory_limit or None,
+    )
+
+
+def _gpu_model_spec(row: GpuModel) -> GpuModelSpec:
+    return GpuModelSpec(name=row.name, memory_mib=row.memory_mib, match=row.match)
+
+
+def _float(value: Decimal | None) -> float | None:
+    return float(value) if value is not None else None
+
+
+class CatalogCache:
+    """One process's cached Catalog, revalidated against the configuration version."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._catalog: Catalog | None = None
+        self._pid: int | None = None
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+
+    def get(self) -> Catalog:
+        """The Catalog to use now; loads it on first use in this process."""
+        interval = settings.INJECTOR_CONFIG_RECHECK_SECONDS
+        catalog = self._catalog
+        if catalog is None or self._pid != os.getpid():
+            return self._load_first()
+        if interval <= 0:
+            self._revalidate()
+            return self._catalog
+        return catalog
+
+    def invalidate(self) -> None:
+        """Forget the cached Catalog (tests, and the preview of unsaved changes)."""
+        with self._lock:
+            self._catalog = None
+
+    def _load_first(self) -> Catalog:
+        with self._lock:
+            if self._catalog is None or self._pid != os.getpid():
+                # After a fork the parent's thread is gone: start this process's own.
+                self._pid = os.getpid()
+                self._thread = None
+                try:
+                    self._catalog = catalog_build()
+                    self.last_error = None
+                except DatabaseError as exc:
+                    # No configuration could be read yet: the built-in defaults keep the webhook answering.
+                    self.last_error = str(exc)
+                    logger.error("configuration unreadable, using built-in defaults", extra={"error": str(exc)})
+                    self._catalog = Catalog(version=-1)
+                if settings.INJECTOR_CONFIG_RECHECK_SECONDS > 0:
+                    self._start_refresher()
+            return self._catalog
+
+    def _revalidate(self) -> None:
+        try:
+            version = config_version_get()
+            if self._catalog is None or version != self._catalog.version:
+                self._catalog = catalog_build()
+                logger.info("configuration reloaded", extra={"config_version": self._catalog.version})
+            self.last_error = None
+        except DatabaseError as exc:
+            if self.last_error is None:
+                logger.warning("configuration check failed; keeping the last good configuration",
+                               extra={"error": str(exc)})
+            self.last_error = str(exc)
+
+    def _start_refresher(self) -> None:
+        thread = threading.Thread(target=self._refresh_loop, name="config-refresher", daemon=True)
+        self._thread = thread
+        thread.start()
+
+    def _refresh_loop(self) -> None:
+        pid = os.getpid()
+        while self._pid == pid:
+            time.sleep(settings.INJECTOR_CONFIG_RECHECK_SECONDS)
+            close_old_connections()
+            self._revalidate()
+            if self.last_error:
+                # Drop a broken connection so the next check reconnects.
+                connections["default"].close()
+
+
+catalog_cache = CatalogCache()
+
+
+def catalog_current() -> Catalog:
+    """The Catalog the engine should use now (cached)."""
+    return catalog_cache.get()
+
+
+def policy_for_namespace(*, namespace: str, catalog: Catalog | None = None) -> PolicySpec:
+    """The namespace policy that applies: exact name, else the longest matching pattern, else built-in."""
+    catalog = catalog or catalog_current()
+    return select_policy(catalog.policies, namespace)
