@@ -1,28 +1,141 @@
-"""Rules the whole codebase keeps."""
+"""Rules the whole codebase keeps: imports run one way, the engine stays pure, modules stay readable."""
+
+from __future__ import annotations
 
 import ast
 import pathlib
+import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PURE_MODULES = ["mutations/engine.py", "mutations/specs.py", "mutations/quantity.py", "mutations/jsonpatch.py",
-                "mutations/admission.py"]
+PACKAGES = ("injector_site", "mutations", "profiles")
+
+# Which layer each part of the code is in (the longest matching module prefix decides).
+LAYER_OF = {
+    "mutations.engine": "engine",
+    "injector_site": "platform",
+    "profiles": "configuration",
+    "mutations": "audit store",  # mutations.models, .metrics, .audit, .apps, .migrations
+    "mutations.webhook": "webhook",
+    "mutations.dashboard": "operator tools",
+    "mutations.api": "operator tools",
+    "mutations.admin": "operator tools",
+    "mutations.management": "operator tools",
+    "injector_site.urls": "entry points",
+    "injector_site.wsgi": "entry points",
+    "injector_site.gunicorn_conf": "entry points",
+}
+
+# The direction of every import: a layer may import itself and the layers listed, nothing else.
+# The engine and wire format are pure Python at the bottom; configuration (profiles: the models,
+# the cached Catalog, the preview) sits on them; the audit store does not need configuration; the
+# webhook and the operator tools (dashboard, API, admin, commands) use both and not each other;
+# only the entry points (URLs, the WSGI app, gunicorn's hooks) see everything.
+MAY_IMPORT = {
+    "engine": set(),
+    "platform": set(),
+    "configuration": {"engine", "platform"},
+    "audit store": {"engine", "platform"},
+    "webhook": {"engine", "platform", "configuration", "audit store"},
+    "operator tools": {"engine", "platform", "configuration", "audit store"},
+    "entry points": {"engine", "platform", "configuration", "audit store", "webhook", "operator tools"},
+}
+
+# What the engine may import besides itself: the standard library and orjson (the wire format's JSON).
+ENGINE_THIRD_PARTY = {"orjson"}
+
+def layer(module: str) -> str | None:
+    """The layer a module of ours is in; None for a module that is not ours (Django, the standard library)."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        found = LAYER_OF.get(".".join(parts[:end]))
+        if found:
+            return found
+    return None
 
 
-def imported_modules(path: pathlib.Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    names = set()
-    for node in ast.walk(tree):
+def module_name(path: pathlib.Path) -> str:
+    relative = path.relative_to(ROOT).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(source: str, module: str, *, is_package: bool) -> list[tuple[int, str]]:
+    """(line, imported module) for every import in the source, function-level ones too, relative ones resolved."""
+    found = []
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            # `from . import views` imports a module; `from .models import X` a name from one.
+            found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+    return found
 
 
-def test_engine_and_wire_format_import_no_django():
-    for module in PURE_MODULES:
-        imports = imported_modules(ROOT / module)
-        assert not {m for m in imports if m.split(".")[0] in ("django", "rest_framework", "profiles")}, module
+def violations(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """The imports of `module` that run against MAY_IMPORT, and what the engine may not import."""
+    own = layer(module)
+    problems = []
+    for line, imported in imports_of(source, module, is_package=is_package):
+        target = layer(imported)
+        if own == "engine" and target is None:
+            top = imported.split(".")[0]
+            if top not in sys.stdlib_module_names and top not in ENGINE_THIRD_PARTY:
+                problems.append(f"{module}:{line} imports {imported}: the engine imports only the standard library "
+                                f"and {', '.join(sorted(ENGINE_THIRD_PARTY))}")
+        if target is None or target == own:
+            continue
+        if target not in MAY_IMPORT[own]:
+            problems.append(f"{module}:{line} ({own}) imports {imported} ({target}), against the dependency direction")
+    return problems
+
+
+def our_modules() -> list[pathlib.Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def test_imports_run_one_way():
+    problems = []
+    for path in our_modules():
+        problems += violations(path.read_text(), module_name(path), is_package=path.name == "__init__.py")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(("module", "source"), [
+    ("mutations.engine.mutate", "from django.conf import settings"),
+    ("mutations.engine.mutate", "import profiles.models"),
+    ("mutations.engine.sizing", "def f():\n    from mutations.models import AdmissionAudit"),
+    ("profiles.catalog", "from mutations.audit import audit_flush"),
+    ("profiles.preview", "from mutations.webhook import services"),
+    ("mutations.audit.selectors", "from profiles.models import Preset"),
+    ("mutations.audit.writer", "from ..dashboard import views"),
+    ("mutations.webhook.services", "from ..dashboard.views import gib"),
+    ("mutations.dashboard.views", "from mutations.webhook.views import mutate"),
+    ("injector_site.settings", "from mutations.engine import Decision"),
+])
+def test_an_import_against_the_direction_is_caught(module, source):
+    assert violations(source, module), f"{module}: {source!r} should break the dependency rule"
+
+
+@pytest.mark.parametrize(("module", "source"), [
+    ("mutations.engine.mutate", "from .sizing import sizing_decide\nimport re\nimport orjson"),
+    ("profiles.preview", "from mutations.engine import mutate_pod"),
+    ("mutations.webhook.services", "from profiles.preview import pod_preview\nfrom ..audit import audit_flush"),
+    ("mutations.dashboard.views", "from profiles.selectors import configuration_names\nfrom ..audit import selectors"),
+    ("injector_site.urls", "from mutations.webhook import views"),
+])
+def test_an_import_along_the_direction_is_allowed(module, source):
+    assert violations(source, module) == []
 
 
 def test_every_management_command_has_a_test():
