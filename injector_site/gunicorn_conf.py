@@ -41,64 +41,52 @@ from gunicorn.workers.gthread import ThreadWorker
 # are created in each worker, after the fork, in files named by the worker's pid.
 from prometheus_client import multiprocess as prometheus_multiprocess
 
+# gunicorn loads this file by path, with only its working directory on sys.path (gunicorn/app/base.py,
+# Application.chdir); the modules beside it must import whichever directory serves the app (the deploy
+# tests serve one from a temporary directory).
+_REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO_DIR not in sys.path:
+    sys.path.append(_REPO_DIR)
 
-def _env_int(name: str, default: int) -> int:
-    """Read a positive integer from the environment, failing loudly on garbage."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402  (after the path is set)
+
+from injector_site.env import env, env_bool, env_float, env_int, env_list  # noqa: E402
+
+
+def _checked(read, *args, **kwargs):
+    """Call one of injector_site.env's readers; a value it refuses stops the master with one line
+    naming the variable, not a traceback."""
     try:
-        value = int(raw)
-    except ValueError:
-        raise SystemExit(f"gunicorn_conf: {name}={raw!r} is not an integer") from None
-    if value < 1:
-        raise SystemExit(f"gunicorn_conf: {name}={raw!r} must be at least 1")
-    return value
-
-
-def _env_float(name: str, default: float) -> float:
-    """Read a non-negative number from the environment, failing loudly on garbage."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SystemExit(f"gunicorn_conf: {name}={raw!r} is not a number") from None
-    if value < 0:
-        raise SystemExit(f"gunicorn_conf: {name}={raw!r} must not be negative")
-    return value
+        return read(*args, **kwargs)
+    except ImproperlyConfigured as exc:
+        raise SystemExit(f"gunicorn_conf: {exc}") from None
 
 
 # --- serving -----------------------------------------------------------------
 
 # A comma-separated list: the Deployment binds the webhook port (8443) and the
 # admin/dashboard port (8444), so a NetworkPolicy can open them to different peers.
-bind = [
-    address.strip()
-    for address in os.environ.get("GUNICORN_BIND", "0.0.0.0:8443").split(",")
-    if address.strip()
-]
+bind = _checked(env_list, "GUNICORN_BIND", "0.0.0.0:8443")
 
 # gthread keeps the API server's TLS connections open between admission requests;
 # sync workers close after every response, so each request pays a full handshake
 # (about 400 req/s on 2 cores against about 3,500 with keep-alive). The worker class is
 # BalancedThreadWorker, gthread spreading connections evenly (at the end of this file).
-workers = _env_int("WEB_CONCURRENCY", 2)
+workers = _checked(env_int, "WEB_CONCURRENCY", 2, minimum=1)
 # Two threads a worker: /mutate never waits on I/O (configuration is cached, the audit row is
 # spooled), so more threads only contend for the GIL. scripts/bench, 2 workers: p99 19-23 ms with
 # 4 threads, 11-12 ms with 2, at the same or higher req/s. Idle keep-alive connections wait in
 # the worker's poller, not in a thread, so 2 threads still hold any number of API-server connections.
-threads = _env_int("GUNICORN_THREADS", 2)
-timeout = _env_int("GUNICORN_TIMEOUT", 30)
+threads = _checked(env_int, "GUNICORN_THREADS", 2, minimum=1)
+timeout = _checked(env_int, "GUNICORN_TIMEOUT", 30, minimum=1)
 # Shorter than the Pod's terminationGracePeriodSeconds minus the preStop sleep,
 # so in-flight admissions finish before the kubelet sends SIGKILL.
-graceful_timeout = _env_int("GUNICORN_GRACEFUL_TIMEOUT", 25)
+graceful_timeout = _checked(env_int, "GUNICORN_GRACEFUL_TIMEOUT", 25, minimum=1)
 # Longer than the idle timeout of Go's HTTP client (90 s in net/http's default
 # transport, which the API server's webhook client inherits), so the client, not
 # the server, closes idle connections and never sends a request on a socket the
 # server has just closed.
-keepalive = _env_int("GUNICORN_KEEPALIVE", 120)
+keepalive = _checked(env_int, "GUNICORN_KEEPALIVE", 120, minimum=1)
 
 # The heartbeat files live in memory: /tmp may be a disk-backed emptyDir and the
 # root filesystem is read-only in the cluster.
@@ -117,8 +105,8 @@ preload_app = False
 # debugging probes or the dashboard). With logconfig_dict set, gunicorn hands
 # every access line to the "gunicorn.access" logger, so its level switches it.
 accesslog = None
-_access_log_on = os.environ.get("GUNICORN_ACCESS_LOG", "").strip().lower() in {"1", "true", "yes", "on"}
-loglevel = os.environ.get("LOG_LEVEL", "INFO").lower()
+_access_log_on = _checked(env_bool, "GUNICORN_ACCESS_LOG")
+loglevel = (_checked(env, "LOG_LEVEL", "INFO") or "INFO").lower()
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -180,11 +168,9 @@ logger_class = AccessLogWhenEnabled
 
 # --- TLS ---------------------------------------------------------------------
 
-_tls_cert_file = os.environ.get("TLS_CERT_FILE", "").strip()
-_tls_key_file = os.environ.get("TLS_KEY_FILE", "").strip()
-_tls_client_ca_files = [
-    path.strip() for path in os.environ.get("TLS_CLIENT_CA_FILE", "").split(",") if path.strip()
-]
+_tls_cert_file = (_checked(env, "TLS_CERT_FILE") or "").strip()
+_tls_key_file = (_checked(env, "TLS_KEY_FILE") or "").strip()
+_tls_client_ca_files = _checked(env_list, "TLS_CLIENT_CA_FILE")
 
 if bool(_tls_cert_file) != bool(_tls_key_file):
     # Half a TLS configuration must not silently fall back to plain HTTP: the API
@@ -286,7 +272,7 @@ class ReloadingSSLContext:
 if _tls_cert_file:
     ssl_context = ReloadingSSLContext(
         [_tls_cert_file, _tls_key_file, *_tls_client_ca_files],
-        _env_float("TLS_RELOAD_INTERVAL_SECONDS", 1.0),
+        _checked(env_float, "TLS_RELOAD_INTERVAL_SECONDS", 1.0, minimum=0),
     )
 
 # --- Prometheus multiprocess mode -------------------------------------------

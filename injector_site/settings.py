@@ -6,51 +6,15 @@ SQLite, the embedded default for trying it out; production and the tests use
 PostgreSQL.
 """
 
-import os
 import socket
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from injector_site.env import env, env_bool, env_float, env_int, env_list
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env(name: str, default: str | None = None) -> str | None:
-    """Read NAME from the environment, or the contents of the file named by NAME_FILE."""
-    file_path = os.environ.get(f"{name}_FILE")
-    if file_path:
-        try:
-            return Path(file_path).read_text().strip()
-        except OSError as exc:
-            raise ImproperlyConfigured(f"{name}_FILE={file_path!r} cannot be read: {exc}") from exc
-    return os.environ.get(name, default)
-
-
-def env_bool(name: str, default: bool = False) -> bool:
-    value = env(name)
-    if value is None or value == "":
-        return default
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean: use true or false")
-
-
-def env_int(name: str, default: int) -> int:
-    value = env(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from exc
-
-
-def env_list(name: str, default: str = "") -> list[str]:
-    return [item.strip() for item in (env(name, default) or "").split(",") if item.strip()]
-
 
 # --- core -----------------------------------------------------------------------------
 DEBUG = env_bool("DJANGO_DEBUG")
@@ -266,20 +230,20 @@ INJECTOR_AUDIT_SPOOL_DIR = env("INJECTOR_AUDIT_SPOOL_DIR", str(BASE_DIR / "var" 
 # worker; elsewhere (runserver, shell) the first audited admission starts it unless autostart is off.
 # 0.25 s: a cycle costs a segment rotation and an fdatasync, so much shorter cycles cost throughput
 # (scripts/bench: 0.02 s -> about 2,100 audited req/s, 0.25-0.5 s -> about 2,500).
-INJECTOR_AUDIT_FLUSH_SECONDS = float(env("INJECTOR_AUDIT_FLUSH_SECONDS", "0.25") or 0.25)
-INJECTOR_AUDIT_ADOPT_SECONDS = float(env("INJECTOR_AUDIT_ADOPT_SECONDS", "2") or 2)
-INJECTOR_AUDIT_RETRY_MAX_SECONDS = float(env("INJECTOR_AUDIT_RETRY_MAX_SECONDS", "2") or 2)
-INJECTOR_AUDIT_WARN_SECONDS = float(env("INJECTOR_AUDIT_WARN_SECONDS", "10") or 10)
+INJECTOR_AUDIT_FLUSH_SECONDS = env_float("INJECTOR_AUDIT_FLUSH_SECONDS", 0.25)
+INJECTOR_AUDIT_ADOPT_SECONDS = env_float("INJECTOR_AUDIT_ADOPT_SECONDS", 2.0)
+INJECTOR_AUDIT_RETRY_MAX_SECONDS = env_float("INJECTOR_AUDIT_RETRY_MAX_SECONDS", 2.0)
+INJECTOR_AUDIT_WARN_SECONDS = env_float("INJECTOR_AUDIT_WARN_SECONDS", 10.0)
 INJECTOR_AUDIT_WRITER_AUTOSTART = env_bool("INJECTOR_AUDIT_WRITER_AUTOSTART", True)
 # How often a replica checks the configuration version (seconds); 0 checks on every admission.
-INJECTOR_CONFIG_RECHECK_SECONDS = float(env("INJECTOR_CONFIG_RECHECK_SECONDS", "1") or 1)
+INJECTOR_CONFIG_RECHECK_SECONDS = env_float("INJECTOR_CONFIG_RECHECK_SECONDS", 1.0)
 # Listening ports that serve only /mutate and the probes (the Deployment's webhook port, 8443);
 # the admin, dashboard and API are then reached on the UI port alone. Empty: every port serves all.
 INJECTOR_WEBHOOK_ONLY_PORTS = [int(p) for p in env_list("INJECTOR_WEBHOOK_ONLY_PORTS")]
-# mTLS: with TLS_CLIENT_CA_FILE set (read by injector_site/gunicorn_conf.py, which verifies any client
-# certificate presented against those CAs), POST /mutate answers only connections that presented one;
+# mTLS: with TLS_CLIENT_CA_FILE set (read as injector_site/gunicorn_conf.py reads it, which verifies any
+# client certificate presented against those CAs), POST /mutate answers only connections that presented one;
 # the probes, /metrics and the UI port do not need one (the kubelet and browsers have none).
-INJECTOR_MUTATE_REQUIRES_CLIENT_CERT = bool(os.environ.get("TLS_CLIENT_CA_FILE", "").strip(" ,"))
+INJECTOR_MUTATE_REQUIRES_CLIENT_CERT = bool(env_list("TLS_CLIENT_CA_FILE"))
 # Which replica answered, recorded in each audit row.
 INJECTOR_REPLICA = env("POD_NAME") or socket.gethostname()
 # Bearer token that /metrics requires when set.
