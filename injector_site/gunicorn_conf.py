@@ -26,7 +26,6 @@ import shutil
 import ssl
 import struct
 import sys
-import threading
 import time
 
 from gunicorn import glogging
@@ -51,6 +50,7 @@ if _REPO_DIR not in sys.path:
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402  (after the path is set)
 
 from injector_site.env import env, env_bool, env_float, env_int, env_list  # noqa: E402
+from injector_site.tls import ReloadingSSLContext, tls_files_from_env  # noqa: E402
 
 
 def _checked(read, *args, **kwargs):
@@ -168,111 +168,23 @@ logger_class = AccessLogWhenEnabled
 
 # --- TLS ---------------------------------------------------------------------
 
-_tls_cert_file = (_checked(env, "TLS_CERT_FILE") or "").strip()
-_tls_key_file = (_checked(env, "TLS_KEY_FILE") or "").strip()
-_tls_client_ca_files = _checked(env_list, "TLS_CLIENT_CA_FILE")
+_tls_files = _checked(tls_files_from_env)
 
-if bool(_tls_cert_file) != bool(_tls_key_file):
-    # Half a TLS configuration must not silently fall back to plain HTTP: the API
-    # server would then fail every call with a handshake error.
-    raise SystemExit("gunicorn_conf: set both TLS_CERT_FILE and TLS_KEY_FILE, or neither")
-if _tls_client_ca_files and not _tls_cert_file:
-    raise SystemExit("gunicorn_conf: TLS_CLIENT_CA_FILE needs TLS_CERT_FILE and TLS_KEY_FILE")
-
-if _tls_cert_file:
-    certfile = _tls_cert_file
-    keyfile = _tls_key_file
-    if _tls_client_ca_files:
+if _tls_files is not None:
+    certfile = _tls_files.cert_file
+    keyfile = _tls_files.key_file
+    if _tls_files.client_ca_files:
         # gunicorn's own factory takes one CA file; the ssl_context hook below loads
         # every file in the list, so the first one is enough here.
-        ca_certs = _tls_client_ca_files[0]
+        ca_certs = _tls_files.client_ca_files[0]
         # OPTIONAL, not REQUIRED: every client is asked for a certificate and a handshake
         # with one that does not verify fails, but a client without one connects. The
         # app then refuses POST /mutate on such a connection (mutations/views.py), while
         # the kubelet's probes, Prometheus and browsers on the UI port, which have no
         # client certificate, still get through.
         cert_reqs = ssl.CERT_OPTIONAL
-
-
-class ReloadingSSLContext:
-    """Hand out one SSLContext per worker and replace it when the files on disk change.
-
-    gunicorn calls the ssl_context hook for every accepted connection. The default
-    builds a new context (and reads the key) each time; this keeps one and only stats
-    the files, at most once per interval. When they change, a new context is built
-    from them and swapped in: new handshakes present the new certificate, sockets
-    already wrapped keep the context they were made with, so no connection drops.
-    A half-written rotation (key and certificate not matching yet) fails to load; the
-    old context stays in use and the load is retried at the next check.
-    """
-
-    def __init__(self, paths: list[str], check_interval_seconds: float) -> None:
-        self._paths = paths
-        self._check_interval_seconds = check_interval_seconds
-        self._lock = threading.Lock()
-        self._context: ssl.SSLContext | None = None
-        self._fingerprint: tuple | None = None
-        self._next_check = 0.0
-        self.reload_count = 0
-
-    def _stat_fingerprint(self) -> tuple:
-        # stat() follows the symlinks a Kubernetes Secret volume swaps atomically
-        # (tls.crt -> ..data/tls.crt), so the new files have a new inode and mtime.
-        result = []
-        for path in self._paths:
-            st = os.stat(path)
-            result.append((st.st_ino, st.st_mtime_ns, st.st_size))
-        return tuple(result)
-
-    def _build(self, config, default_ssl_context_factory) -> ssl.SSLContext:
-        context = default_ssl_context_factory()
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        for ca_file in _tls_client_ca_files[1:]:
-            context.load_verify_locations(cafile=ca_file)
-        return context
-
-    def __call__(self, config, default_ssl_context_factory) -> ssl.SSLContext:
-        now = time.monotonic()
-        if self._context is not None and now < self._next_check:
-            return self._context
-        with self._lock:
-            if self._context is not None and now < self._next_check:
-                return self._context
-            self._next_check = now + self._check_interval_seconds
-            try:
-                fingerprint = self._stat_fingerprint()
-            except OSError as exc:
-                if self._context is None:
-                    raise
-                logging.getLogger("gunicorn.error").warning(
-                    "TLS files not readable, keeping the loaded certificate: %s", exc
-                )
-                return self._context
-            if fingerprint == self._fingerprint and self._context is not None:
-                return self._context
-            try:
-                context = self._build(config, default_ssl_context_factory)
-            except (ssl.SSLError, OSError) as exc:
-                if self._context is None:
-                    raise
-                logging.getLogger("gunicorn.error").warning(
-                    "TLS files changed but do not load yet, keeping the loaded certificate: %s", exc
-                )
-                return self._context
-            if self._context is not None:
-                self.reload_count += 1
-                logging.getLogger("gunicorn.error").info(
-                    "TLS certificate reloaded from %s", ", ".join(self._paths)
-                )
-            self._context = context
-            self._fingerprint = fingerprint
-            return context
-
-
-if _tls_cert_file:
     ssl_context = ReloadingSSLContext(
-        [_tls_cert_file, _tls_key_file, *_tls_client_ca_files],
-        _checked(env_float, "TLS_RELOAD_INTERVAL_SECONDS", 1.0, minimum=0),
+        _tls_files, _checked(env_float, "TLS_RELOAD_INTERVAL_SECONDS", 1.0, minimum=0)
     )
 
 # --- Prometheus multiprocess mode -------------------------------------------
@@ -283,7 +195,7 @@ def on_starting(server) -> None:
     before any worker starts."""
     # Room for workers added later with TTIN; a worker beyond it accepts as plain gthread does.
     BalancedThreadWorker.counts = ConnectionCounts(server.cfg.workers + 8)
-    if _tls_cert_file:
+    if _tls_files is not None:
         # Build the context once in the master, before the workers fork: a missing
         # or mismatched key stops the server here, where the operator sees it, and
         # every worker starts with a loaded certificate, so a worker whose first

@@ -1,10 +1,12 @@
-"""Shared fixtures: a fresh configuration cache per test, and a client that posts AdmissionReviews."""
+"""Shared fixtures: a fresh configuration cache per test, a client that posts AdmissionReviews, and gunicorn servers."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from profiles.catalog import catalog_cache
+from tests.support.servers import HELLO_APP, REPO, Server
 
 
 @pytest.fixture(autouse=True)
@@ -40,3 +42,29 @@ def post_review(client, request):
         return response
 
     return post
+
+
+@pytest.fixture
+def hello_app(tmp_path) -> Path:
+    """A directory holding hello_app.py (tests.support.servers.HELLO_APP), to serve as hello_app:application."""
+    directory = tmp_path / "app"
+    directory.mkdir()
+    (directory / "hello_app.py").write_text(HELLO_APP)
+    return directory
+
+
+@pytest.fixture
+def start_server(tmp_path):
+    """Start gunicorn servers (injector_site/gunicorn_conf.py) for a test and stop them afterwards."""
+    servers: list[Server] = []
+
+    def start(app: str, env: dict[str, str], cwd: Path = REPO, wait: bool = True, **kwargs) -> Server:
+        server = Server(app, env, cwd, tmp_path / f"gunicorn-{len(servers)}.log", **kwargs)
+        servers.append(server)
+        if wait:
+            server.wait_listening()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

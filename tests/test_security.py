@@ -158,7 +158,8 @@ def test_request_body_over_the_cap_is_refused_everywhere(admin_client, settings,
 
 @pytest.mark.slow
 def test_mutate_requires_the_api_servers_client_certificate_when_a_client_ca_is_set(tmp_path):
-    from tests.deploy.conftest import Server, client_context, make_dev_certs
+    from tests.support.servers import Server
+    from tests.support.tls import client_context, make_dev_certs
 
     server_certs = make_dev_certs(tmp_path / "server")
     api_server = make_dev_certs(tmp_path / "apiserver")  # another CA: the API server's client identity

@@ -1,19 +1,15 @@
-"""Shared helpers for the deployment tests: kubectl/kustomize, dev certificates, gunicorn."""
+"""Shared helpers for the deployment tests: kubectl/kustomize and the manifests they build."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import socket
-import ssl
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from tests.support.servers import GunicornProcess
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -111,76 +107,3 @@ def find_prefixed(objects: list[dict], kind: str, prefix: str) -> dict:
     ]
     assert len(matches) == 1, f"expected one {kind} named {prefix}(-hash), found {len(matches)}"
     return matches[0]
-
-
-# --- certificates -----------------------------------------------------------------
-
-
-def make_dev_certs(directory: Path, extra_dns: str = "") -> Path:
-    """Run scripts/dev-cert.sh into directory (a fresh CA each call)."""
-    env = dict(os.environ, DEV_CERT_EXTRA_DNS=extra_dns)
-    subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "dev-cert.sh"), str(directory)],
-        check=True, capture_output=True, text=True, env=env, timeout=60,
-    )
-    return directory
-
-
-# --- gunicorn ---------------------------------------------------------------------
-
-
-class Server(GunicornProcess):
-    """A gunicorn started from injector_site/gunicorn_conf.py on 127.0.0.1, serving `app`."""
-
-    def __init__(self, app: str, env: dict[str, str], cwd: Path, log_path: Path, argv: list[str] | None = None,
-                 port: int | None = None):
-        defaults = {
-            "WEB_CONCURRENCY": "2",
-            "GUNICORN_THREADS": "2",
-            # tests/testenv.py quietens the app's logs; these tests read the server's.
-            "LOG_LEVEL": "INFO",
-        }
-        super().__init__(env={**defaults, **env}, log_path=log_path, app=app, cwd=cwd, argv=argv, port=port)
-
-    def wait_listening(self, timeout_seconds: float = 30.0) -> None:
-        def listening() -> bool:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return True
-
-        self.wait_until(listening, timeout_seconds=timeout_seconds, what="listen")
-
-
-@pytest.fixture
-def start_server(tmp_path):
-    """Start gunicorn servers for a test and stop them afterwards."""
-    servers: list[Server] = []
-
-    def start(app: str, env: dict[str, str], cwd: Path = REPO_ROOT, wait: bool = True, **kwargs) -> Server:
-        server = Server(app, env, cwd, tmp_path / f"gunicorn-{len(servers)}.log", **kwargs)
-        servers.append(server)
-        if wait:
-            server.wait_listening()
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-def client_context(ca_file: Path, client_cert: Path | None = None, client_key: Path | None = None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(ca_file))
-    if client_cert is not None:
-        context.load_cert_chain(str(client_cert), str(client_key))
-    return context
-
-
-def peer_certificate_der(port: int, context: ssl.SSLContext | None = None) -> bytes:
-    """Open a new TLS connection and return the certificate the server presents."""
-    context = context or ssl._create_unverified_context()
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-        with context.wrap_socket(raw, server_hostname="localhost") as tls:
-            return tls.getpeercert(binary_form=True)
-
-
-def pem_to_der(path: Path) -> bytes:
-    return ssl.PEM_cert_to_DER_cert(path.read_text())

@@ -1,4 +1,6 @@
-"""injector_site/gunicorn_conf.py: HTTPS, certificate rotation without restart, mTLS, logs, metrics dir."""
+"""injector_site/gunicorn_conf.py: HTTPS, mTLS, settings from the environment, logs, metrics dir.
+
+Certificate rotation is in tests/injector_site/test_tls.py."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import http.client
 import json
 import os
 import runpy
-import shutil
 import signal
 import ssl
 import subprocess
@@ -19,79 +20,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from .conftest import (
-    REPO_ROOT, client_context, make_dev_certs, peer_certificate_der, pem_to_der,
+from tests.support.tls import (
+    SecretVolume, client_context, https_get, make_dev_certs, peer_certificate_der, pem_to_der, tls_env,
 )
 
-# A WSGI app with no Django, so these tests need nothing but gunicorn.
-HELLO_APP = '''
-import hashlib
-import os
-def application(environ, start_response):
-    body = ("%s %s" % (os.getpid(), environ["PATH_INFO"])).encode()
-    if environ["PATH_INFO"] == "/peer":  # the client certificate of this connection, if it presented one
-        der = environ["gunicorn.socket"].getpeercert(binary_form=True)
-        body = hashlib.sha256(der).hexdigest().encode() if der else b"none"
-    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
-    return [body]
-'''
-
-
-@pytest.fixture
-def hello_app(tmp_path) -> Path:
-    directory = tmp_path / "app"
-    directory.mkdir()
-    (directory / "hello_app.py").write_text(HELLO_APP)
-    return directory
-
-
-class SecretVolume:
-    """Files laid out the way the kubelet writes a Secret volume, updated the way it does.
-
-    tls.crt -> ..data/tls.crt, ..data -> ..<timestamp>/; an update writes a new
-    timestamped directory and swaps the ..data symlink with one rename.
-    """
-
-    def __init__(self, root: Path):
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.generation = 0
-
-    def publish(self, files: dict[str, Path]) -> None:
-        self.generation += 1
-        target = self.root / f"..2026_{self.generation:04d}"
-        target.mkdir()
-        for name, source in files.items():
-            shutil.copyfile(source, target / name)
-        tmp_link = self.root / "..data_tmp"
-        os.symlink(target.name, tmp_link)
-        os.replace(tmp_link, self.root / "..data")
-        for name in files:
-            link = self.root / name
-            if not link.is_symlink():
-                os.symlink(f"..data/{name}", link)
-
-    def path(self, name: str) -> Path:
-        return self.root / name
-
-
-def tls_env(volume: SecretVolume, **extra) -> dict[str, str]:
-    return {
-        "TLS_CERT_FILE": str(volume.path("tls.crt")),
-        "TLS_KEY_FILE": str(volume.path("tls.key")),
-        "TLS_RELOAD_INTERVAL_SECONDS": "0.2",
-        **extra,
-    }
-
-
-def https_get(port: int, path: str, context: ssl.SSLContext) -> tuple[int, str]:
-    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read().decode()
-    finally:
-        conn.close()
+from .conftest import REPO_ROOT
 
 
 def test_serves_https_with_the_mounted_certificate(tmp_path, hello_app, start_server):
@@ -102,70 +35,6 @@ def test_serves_https_with_the_mounted_certificate(tmp_path, hello_app, start_se
     status, body = https_get(server.port, "/healthz", client_context(certs / "ca.crt"))
     assert status == 200 and body.endswith("/healthz")
     assert peer_certificate_der(server.port) == pem_to_der(certs / "tls.crt")
-
-
-def test_rotated_certificate_is_served_to_new_connections_without_restart(tmp_path, hello_app, start_server):
-    cert_a = make_dev_certs(tmp_path / "a")
-    cert_b = make_dev_certs(tmp_path / "b")  # another CA
-    assert pem_to_der(cert_a / "ca.crt") != pem_to_der(cert_b / "ca.crt")
-    volume = SecretVolume(tmp_path / "tls")
-    volume.publish({"tls.crt": cert_a / "tls.crt", "tls.key": cert_a / "tls.key"})
-    server = start_server("hello_app:application", tls_env(volume), cwd=hello_app)
-    master_pid = server.process.pid
-
-    # A keep-alive connection opened before the rotation...
-    kept = http.client.HTTPSConnection("localhost", server.port, context=client_context(cert_a / "ca.crt"), timeout=10)
-    kept.request("GET", "/before")
-    first = kept.getresponse()
-    assert first.status == 200
-    worker_pid = first.read().decode().split()[0]
-
-    volume.publish({"tls.crt": cert_b / "tls.crt", "tls.key": cert_b / "tls.key"})
-    time.sleep(0.5)  # past TLS_RELOAD_INTERVAL_SECONDS
-
-    # ...every new connection, whichever worker takes it, presents B and verifies against B's CA...
-    for _ in range(8):
-        assert peer_certificate_der(server.port) == pem_to_der(cert_b / "tls.crt")
-        status, _ = https_get(server.port, "/after", client_context(cert_b / "ca.crt"))
-        assert status == 200
-    # ...a client that trusts only A's CA is now refused...
-    with pytest.raises(ssl.SSLCertVerificationError):
-        https_get(server.port, "/after", client_context(cert_a / "ca.crt"))
-    # ...and the connection opened before keeps working, on the same worker.
-    kept.request("GET", "/still-open")
-    again = kept.getresponse()
-    assert again.status == 200
-    assert again.read().decode().split()[0] == worker_pid
-    kept.close()
-
-    assert server.process.poll() is None and server.process.pid == master_pid
-    assert "TLS certificate reloaded" in server.log()
-
-
-def test_half_written_rotation_keeps_the_old_certificate_until_the_key_matches(tmp_path, hello_app, start_server):
-    cert_a = make_dev_certs(tmp_path / "a")
-    cert_b = make_dev_certs(tmp_path / "b")
-    live = tmp_path / "live"
-    live.mkdir()
-    shutil.copyfile(cert_a / "tls.crt", live / "tls.crt")
-    shutil.copyfile(cert_a / "tls.key", live / "tls.key")
-    env = {"TLS_CERT_FILE": str(live / "tls.crt"), "TLS_KEY_FILE": str(live / "tls.key"), "TLS_RELOAD_INTERVAL_SECONDS": "0.2"}
-    server = start_server("hello_app:application", env, cwd=hello_app)
-    assert peer_certificate_der(server.port) == pem_to_der(cert_a / "tls.crt")
-
-    # A certificate written in place without its key (a tool that is not the kubelet).
-    shutil.copyfile(cert_b / "tls.crt", live / "tls.crt.tmp")
-    os.replace(live / "tls.crt.tmp", live / "tls.crt")
-    time.sleep(0.5)
-    for _ in range(4):
-        assert peer_certificate_der(server.port) == pem_to_der(cert_a / "tls.crt")
-    assert "do not load yet" in server.log()
-
-    shutil.copyfile(cert_b / "tls.key", live / "tls.key.tmp")
-    os.replace(live / "tls.key.tmp", live / "tls.key")
-    time.sleep(0.5)
-    for _ in range(4):
-        assert peer_certificate_der(server.port) == pem_to_der(cert_b / "tls.crt")
 
 
 def test_one_connection_serves_many_requests(tmp_path, hello_app, start_server):

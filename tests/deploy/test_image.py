@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import free_port
+from tests.support.servers import Server, free_port
+from tests.support.tls import client_context, make_dev_certs
 
-from .conftest import REPO_ROOT, VENV_BIN, Server, client_context, make_dev_certs
+from .conftest import REPO_ROOT, VENV_BIN
 
 IMAGE_UID = 10001
 TEST_DATABASE = "volcano_injector_image_test"

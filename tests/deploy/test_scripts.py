@@ -12,8 +12,9 @@ import urllib.request
 
 from tests.support import pods
 from tests.support.servers import free_port, process_group_stop
+from tests.support.tls import make_dev_certs
 
-from .conftest import REPO_ROOT, find_kubectl, make_dev_certs
+from .conftest import REPO_ROOT, find_kubectl
 
 # What the test run sets that would point scripts/dev away from its embedded defaults.
 NOT_PASSED_TO_DEV = ("DATABASE_URL", "DB_", "TLS_", "GUNICORN_", "WEB_CONCURRENCY", "INJECTOR_", "PROMETHEUS_",

@@ -111,3 +111,38 @@ class GunicornProcess:
         returncode = process_group_stop(self.process, timeout_seconds=timeout_seconds)
         self._log.close()
         return returncode
+
+
+class Server(GunicornProcess):
+    """A gunicorn started from injector_site/gunicorn_conf.py on 127.0.0.1, serving `app`."""
+
+    def __init__(self, app: str, env: dict[str, str], cwd: Path, log_path: Path, argv: list[str] | None = None,
+                 port: int | None = None):
+        defaults = {
+            "WEB_CONCURRENCY": "2",
+            "GUNICORN_THREADS": "2",
+            # tests/testenv.py quietens the app's logs; these tests read the server's.
+            "LOG_LEVEL": "INFO",
+        }
+        super().__init__(env={**defaults, **env}, log_path=log_path, app=app, cwd=cwd, argv=argv, port=port)
+
+    def wait_listening(self, timeout_seconds: float = 30.0) -> None:
+        def listening() -> bool:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+
+        self.wait_until(listening, timeout_seconds=timeout_seconds, what="listen")
+
+
+# A WSGI app with no Django, so tests of the server, its TLS and its workers need nothing but gunicorn.
+HELLO_APP = '''
+import hashlib
+import os
+def application(environ, start_response):
+    body = ("%s %s" % (os.getpid(), environ["PATH_INFO"])).encode()
+    if environ["PATH_INFO"] == "/peer":  # the client certificate of this connection, if it presented one
+        der = environ["gunicorn.socket"].getpeercert(binary_form=True)
+        body = hashlib.sha256(der).hexdigest().encode() if der else b"none"
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+'''
