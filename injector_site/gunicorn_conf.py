@@ -20,16 +20,13 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import mmap
 import os
 import shutil
 import ssl
-import struct
 import sys
 import time
 
 from gunicorn import glogging
-from gunicorn.workers.gthread import ThreadWorker
 
 # Imported here, not in child_exit: the master runs child_exit from its SIGCHLD handler, which
 # Python re-enters when a second worker exits meanwhile (two workers stopping together, as on every
@@ -51,6 +48,7 @@ from django.core.exceptions import ImproperlyConfigured  # noqa: E402  (after th
 
 from injector_site.env import env, env_bool, env_float, env_int, env_list  # noqa: E402
 from injector_site.tls import ReloadingSSLContext, tls_files_from_env  # noqa: E402
+from injector_site.workers import BalancedThreadWorker, ConnectionCounts  # noqa: E402
 
 
 def _checked(read, *args, **kwargs):
@@ -266,109 +264,6 @@ def worker_exit(server, worker) -> None:
         audit_writer_stop(timeout_seconds=max(graceful_timeout / 2, 1))
 
 
-# --- spreading keep-alive connections over the workers ------------------------
-#
-# With keep-alive a connection stays on the worker that accepted it for as long as it lives, and
-# the API server keeps its connections for minutes. Who accepts decides the load of each worker:
-# - one shared listening socket: whichever worker wakes first wins the accept race, and with
-#   scripts/bench all 16 connections sometimes ended on one worker (one core idle, half the req/s);
-# - a SO_REUSEPORT socket per worker (this file's earlier setup): the kernel spreads connections
-#   by address hash, so the split is a coin toss per connection: 9/7, 11/5, 14/2 and 15/1 in ten
-#   bench runs, and the worker holding more connections sets the p99.
-# The workers now share one listening socket and keep a count of their open connections in memory
-# the master sets up before it forks them (one slot per worker). When the listening socket is
-# readable, a worker that holds more connections than the least busy of the others leaves the
-# connection to it (every worker polls the socket, so the least busy one wakes up too), and the
-# split is even (8/8 for 16 connections). A worker leaves a waiting connection for at most
-# BALANCE_DEFER_SECONDS, then takes it itself: a least busy worker that is stuck in a long request,
-# stopped or dead delays a new connection by that much, not more. A slot not updated for
-# BALANCE_STALE_SECONDS (a worker that died without the master noticing yet) does not count.
-
-BALANCE_DEFER_SECONDS = 0.02
-BALANCE_STALE_SECONDS = 3.0
-
-
-class ConnectionCounts:
-    """Open connections per worker, in an anonymous shared mapping inherited by the forked workers.
-
-    Each slot is (connections, last update on the system-wide monotonic clock); 0.0 means free.
-    """
-
-    _SLOT = struct.Struct("=qd")
-
-    def __init__(self, slots: int) -> None:
-        self.slots = slots
-        self._map = mmap.mmap(-1, slots * self._SLOT.size)  # MAP_SHARED | MAP_ANONYMOUS
-
-    def publish(self, slot: int, connections: int, now: float) -> None:
-        self._SLOT.pack_into(self._map, slot * self._SLOT.size, connections, now)
-
-    def clear(self, slot: int) -> None:
-        self.publish(slot, 0, 0.0)
-
-    def least(self, now: float) -> int | None:
-        """The fewest connections a live worker holds (None: no worker is live)."""
-        live = [count for count, updated in self._SLOT.iter_unpack(self._map)
-                if updated and now - updated <= BALANCE_STALE_SECONDS]
-        return min(live) if live else None
-
-
-class BalancedThreadWorker(ThreadWorker):
-    """gunicorn's gthread worker that leaves new connections to a less busy worker when there is one."""
-
-    counts: ConnectionCounts | None = None  # set in the master (on_starting), inherited by fork
-    balance_slot: int | None = None  # set per worker in the master (pre_fork)
-
-    def init_process(self) -> None:
-        self._deferring_since: float | None = None  # while the listening socket stays readable
-        self._deferred_this_turn = False
-        self._published = (None, 0.0)
-        super().init_process()
-
-    def notify(self) -> None:
-        """Called on every turn of gthread's main loop: keep this worker's count current."""
-        super().notify()
-        if not self._deferred_this_turn:
-            # The last turn found no connection waiting: the one deferred before was taken by
-            # another worker, so the wait for the next one starts from zero.
-            self._deferring_since = None
-        self._deferred_this_turn = False
-        self._publish(time.monotonic())
-
-    def _publish(self, now: float) -> None:
-        if self.counts is None or self.balance_slot is None:
-            return
-        count = self.nr_conns
-        # The count when it changes; the time at least every second, so the slot stays live.
-        if count != self._published[0] or now - self._published[1] >= 1.0:
-            self._published = (count, now)
-            self.counts.publish(self.balance_slot, count, now)
-
-    def accept(self, server, listener) -> None:
-        if self.counts is not None and self.balance_slot is not None:
-            now = time.monotonic()
-            self._publish(now)
-            least = self.counts.least(now)
-            if least is not None and self.nr_conns > least:
-                if self._deferring_since is None:
-                    self._deferring_since = now
-                if now - self._deferring_since < BALANCE_DEFER_SECONDS:
-                    self._deferred_this_turn = True
-                    # The socket stays readable until someone accepts: pause briefly rather than
-                    # spin while the least busy worker wakes up and takes the connection.
-                    time.sleep(0.0005)
-                    return
-            self._deferring_since = None
-        super().accept(server, listener)
-        self._publish(time.monotonic())
-
-    def finish_request(self, fs) -> None:
-        # Runs in the request thread: a closed connection is counted at once, not at the main
-        # loop's next turn (up to a second later when the worker is idle).
-        super().finish_request(fs)
-        self._publish(time.monotonic())
-
-
 worker_class = BalancedThreadWorker
 
 
@@ -377,10 +272,7 @@ def pre_fork(server, worker) -> None:
     counts = BalancedThreadWorker.counts
     if counts is None:
         return
-    taken = {w.balance_slot for w in server.WORKERS.values()}
-    free = [slot for slot in range(counts.slots) if slot not in taken]
-    if not free:  # more workers than slots (TTIN): this one accepts whenever it wakes, as gthread does
-        worker.balance_slot = None
-        return
-    worker.balance_slot = free[0]
-    counts.clear(free[0])  # live only once the worker's own loop publishes
+    # No free slot (more workers than slots, after TTIN): this one accepts whenever it wakes, as gthread does.
+    worker.balance_slot = counts.free_slot({w.balance_slot for w in server.WORKERS.values()})
+    if worker.balance_slot is not None:
+        counts.clear(worker.balance_slot)  # live only once the worker's own loop publishes

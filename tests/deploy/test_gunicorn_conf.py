@@ -9,12 +9,10 @@ import http.client
 import json
 import os
 import runpy
-import signal
 import ssl
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -209,78 +207,3 @@ def test_access_log_lines_only_when_switched_on(hello_app, start_server, switch,
     access = [json.loads(line) for line in server.log().splitlines() if '"gunicorn.access"' in line]
     assert len(access) == expected_lines
     assert all("GET /healthz" in entry["message"] for entry in access)
-
-
-# --- keep-alive connections spread evenly over the workers ---------------------------------------
-
-
-def wait_workers_serving(server, count: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and server.log().count("Booting worker") < count:
-        time.sleep(0.1)
-    assert server.log().count("Booting worker") == count
-    time.sleep(1.5)  # each worker's main loop publishes its count on its first turns
-
-
-def open_connections(port: int, count: int) -> tuple[list[http.client.HTTPConnection], Counter]:
-    """Connect `count` keep-alive connections at once (as wrk and the API server do), then ask each
-    which worker serves it. The connections stay open."""
-    conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(count)]
-    for conn in conns:
-        conn.connect()
-    pids = Counter()
-    for conn in conns:
-        conn.request("GET", "/who")
-        response = conn.getresponse()
-        assert response.status == 200
-        pids[int(response.read().decode().split()[0])] += 1
-    return conns, pids
-
-
-def test_keep_alive_connections_are_spread_evenly_over_the_workers(hello_app, start_server):
-    """A connection stays on the worker that accepted it: an uneven split leaves one worker with most
-    of the load (with one SO_REUSEPORT socket per worker, 15/1 was seen)."""
-    server = start_server("hello_app:application", {"WEB_CONCURRENCY": "2"}, cwd=hello_app)
-    wait_workers_serving(server, 2)
-    for _ in range(3):
-        conns, pids = open_connections(server.port, 16)
-        assert len(pids) == 2 and max(pids.values()) - min(pids.values()) <= 1, pids
-        for conn in conns:
-            conn.close()
-        time.sleep(0.5)  # the workers notice the closed connections
-
-
-def test_a_stopped_worker_delays_new_connections_only_briefly(hello_app, start_server):
-    """The least busy worker is stopped (stuck in a long request, say): the other one takes new
-    connections after a short wait instead of leaving them queued for it."""
-    server = start_server("hello_app:application", {"WEB_CONCURRENCY": "2"}, cwd=hello_app)
-    wait_workers_serving(server, 2)
-    first, pids = open_connections(server.port, 1)
-    [busy] = pids
-    [idle] = [pid for pid in server.worker_pids() if pid != busy]
-    os.kill(idle, signal.SIGSTOP)
-    try:
-        started = time.monotonic()
-        more, pids = open_connections(server.port, 3)
-        elapsed = time.monotonic() - started
-    finally:
-        os.kill(idle, signal.SIGCONT)
-    assert pids == {busy: 3}
-    assert elapsed < 1.0, f"3 new connections took {elapsed:.2f} s"
-    for conn in first + more:
-        conn.close()
-
-
-def test_connection_counts_ignore_free_and_stale_slots(monkeypatch):
-    for var in ("TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE"):
-        monkeypatch.delenv(var, raising=False)
-    conf = runpy.run_path(str(REPO_ROOT / "injector_site" / "gunicorn_conf.py"))
-    counts = conf["ConnectionCounts"](4)
-    now = time.monotonic()
-    assert counts.least(now) is None  # no worker has published yet
-    counts.publish(0, 5, now)
-    counts.publish(1, 2, now - conf["BALANCE_STALE_SECONDS"] - 1)  # a worker that stopped updating
-    counts.publish(2, 3, now)
-    assert counts.least(now) == 3
-    counts.clear(2)  # the master freed its slot (child_exit)
-    assert counts.least(now) == 5
