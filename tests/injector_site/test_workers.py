@@ -191,3 +191,18 @@ def test_a_stopped_worker_delays_new_connections_only_briefly(hello_app, start_s
     assert elapsed < 1.0, f"3 new connections took {elapsed:.2f} s"
     for conn in first + more:
         conn.close()
+
+
+def test_connections_stay_spread_evenly_after_a_reload(hello_app, start_server):
+    """SIGHUP makes gunicorn read its config file again and start new workers; they still share the
+    counts the master set up at start (the worker class is imported, not redefined by the config)."""
+    server = start_server("hello_app:application", {"WEB_CONCURRENCY": "2"}, cwd=hello_app)
+    wait_workers_serving(server, 2)
+    server.process.send_signal(signal.SIGHUP)
+    wait_workers_serving(server, 4)  # two more booted
+    for _ in range(2):
+        conns, pids = open_connections(server.port, 16)
+        assert len(pids) == 2 and max(pids.values()) - min(pids.values()) <= 1, pids
+        for conn in conns:
+            conn.close()
+        time.sleep(0.5)
