@@ -1,4 +1,4 @@
-"""Gunicorn settings for volcano-injector, read from the environment.
+"""Gunicorn settings and hooks for volcano-injector, read from the environment.
 
 Run: gunicorn -c injector_site/gunicorn_conf.py injector_site.wsgi:application
 
@@ -13,201 +13,136 @@ Environment (defaults in brackets):
   TLS_RELOAD_INTERVAL_SECONDS [1]    how often a worker may stat the certificate files
   PROMETHEUS_MULTIPROC_DIR           created and emptied at start; dead workers are marked
   LOG_LEVEL [INFO]                   GUNICORN_ACCESS_LOG [off]
+The worker class, TLS reloading and the log format are in injector_site/workers.py, tls.py, logging.py.
 """
 
 from __future__ import annotations
 
-import datetime
-import json
-import logging
 import os
 import shutil
 import ssl
 import sys
-import time
 
-from gunicorn import glogging
+from django.core.exceptions import ImproperlyConfigured
 
-# Imported here, not in child_exit: the master runs child_exit from its SIGCHLD handler, which
-# Python re-enters when a second worker exits meanwhile (two workers stopping together, as on every
-# SIGTERM). A first import interrupted that way leaves the module half-initialised and the nested
-# one fails with ImportError, which ended the master with status 1 while workers were still
-# writing their audit rows. The import picks the metrics' storage from PROMETHEUS_MULTIPROC_DIR,
-# which the workers share with the master, so it is the one they would pick; the metrics themselves
-# are created in each worker, after the fork, in files named by the worker's pid.
+# Imported here, not in child_exit: the master runs child_exit from its SIGCHLD handler, which Python
+# re-enters when a second worker exits meanwhile (as on every SIGTERM); an import interrupted that way
+# leaves the module half-initialised, the nested one fails with ImportError, and the master ended with
+# status 1 while workers were still writing their audit rows. The storage it picks follows
+# PROMETHEUS_MULTIPROC_DIR, which the workers share; they create the metrics, in files named by pid.
 from prometheus_client import multiprocess as prometheus_multiprocess
 
-# gunicorn loads this file by path, with only its working directory on sys.path (gunicorn/app/base.py,
-# Application.chdir); the modules beside it must import whichever directory serves the app (the deploy
-# tests serve one from a temporary directory).
+# gunicorn loads this file by path, with only its working directory on sys.path (Application.chdir
+# in gunicorn/app/base.py): the package beside it must import whichever directory serves the app.
 _REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO_DIR not in sys.path:
     sys.path.append(_REPO_DIR)
 
-from django.core.exceptions import ImproperlyConfigured  # noqa: E402  (after the path is set)
-
 from injector_site.env import env, env_bool, env_float, env_int, env_list  # noqa: E402
+from injector_site.gunicorn_logger import AccessLogWhenEnabled  # noqa: E402
 from injector_site.tls import ReloadingSSLContext, tls_files_from_env  # noqa: E402
 from injector_site.workers import BalancedThreadWorker, ConnectionCounts  # noqa: E402
 
 
 def _checked(read, *args, **kwargs):
-    """Call one of injector_site.env's readers; a value it refuses stops the master with one line
-    naming the variable, not a traceback."""
+    """Call a reader from injector_site.env; a value it refuses stops the master with one line naming it."""
     try:
         return read(*args, **kwargs)
     except ImproperlyConfigured as exc:
         raise SystemExit(f"gunicorn_conf: {exc}") from None
 
 
-# --- serving -----------------------------------------------------------------
+# --- serving -----------------------------------------------------------------------------------
 
-# A comma-separated list: the Deployment binds the webhook port (8443) and the
-# admin/dashboard port (8444), so a NetworkPolicy can open them to different peers.
+# The Deployment binds the webhook port (8443) and the admin/dashboard port (8444), so a
+# NetworkPolicy can open them to different peers.
 bind = _checked(env_list, "GUNICORN_BIND", "0.0.0.0:8443")
-
-# gthread keeps the API server's TLS connections open between admission requests;
-# sync workers close after every response, so each request pays a full handshake
-# (about 400 req/s on 2 cores against about 3,500 with keep-alive). The worker class is
-# BalancedThreadWorker, gthread spreading connections evenly (at the end of this file).
 workers = _checked(env_int, "WEB_CONCURRENCY", 2, minimum=1)
+# gthread keeps the API server's TLS connections open between admissions (sync workers close after
+# every response, so each request would pay a full handshake: see docs/benchmarks.md); this gthread
+# also spreads those connections evenly over the workers.
+worker_class = BalancedThreadWorker
 # Two threads a worker: /mutate never waits on I/O (configuration is cached, the audit row is
-# spooled), so more threads only contend for the GIL. scripts/bench, 2 workers: p99 19-23 ms with
-# 4 threads, 11-12 ms with 2, at the same or higher req/s. Idle keep-alive connections wait in
-# the worker's poller, not in a thread, so 2 threads still hold any number of API-server connections.
+# spooled), so more threads only contend for the GIL and raise the p99 (see docs/benchmarks.md).
+# Idle keep-alive connections wait in the worker's poller, not in a thread, so 2 threads hold any number.
 threads = _checked(env_int, "GUNICORN_THREADS", 2, minimum=1)
 timeout = _checked(env_int, "GUNICORN_TIMEOUT", 30, minimum=1)
-# Shorter than the Pod's terminationGracePeriodSeconds minus the preStop sleep,
-# so in-flight admissions finish before the kubelet sends SIGKILL.
+# Shorter than the Pod's terminationGracePeriodSeconds minus the preStop sleep, so in-flight
+# admissions finish before the kubelet sends SIGKILL.
 graceful_timeout = _checked(env_int, "GUNICORN_GRACEFUL_TIMEOUT", 25, minimum=1)
-# Longer than the idle timeout of Go's HTTP client (90 s in net/http's default
-# transport, which the API server's webhook client inherits), so the client, not
-# the server, closes idle connections and never sends a request on a socket the
-# server has just closed.
+# Longer than the idle timeout of Go's HTTP client (90 s in net/http's default transport, which the
+# API server's webhook client inherits), so the client, not the server, closes idle connections and
+# never sends a request on a socket the server has just closed.
 keepalive = _checked(env_int, "GUNICORN_KEEPALIVE", 120, minimum=1)
 
-# The heartbeat files live in memory: /tmp may be a disk-backed emptyDir and the
-# root filesystem is read-only in the cluster.
+# The heartbeat files live in memory: /tmp may be a disk-backed emptyDir, the root filesystem is read-only.
 if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
     worker_tmp_dir = "/dev/shm"
 
-# The app is loaded in each worker, not in the master: a broken import shows up as
-# a worker boot failure with the traceback in the log, and a settings reload needs
-# only a worker restart.
+# The app is loaded in each worker, not in the master: a broken import shows up as a worker boot
+# failure with the traceback in the log, and a settings reload needs only a worker restart.
 preload_app = False
 
-# --- logging: one JSON object per line on stdout ------------------------------
+# --- logging: one JSON object per line, in the app's schema (injector_site/logging.py) ----------
 
-# The app logs one JSON line per admission itself; gunicorn's per-request access
-# log would double that volume, so it is off unless GUNICORN_ACCESS_LOG=true (for
-# debugging probes or the dashboard). With logconfig_dict set, gunicorn hands
-# every access line to the "gunicorn.access" logger, so its level switches it.
+# The app logs one JSON line per admission itself; gunicorn's per-request access log would double
+# that volume, so it is off unless GUNICORN_ACCESS_LOG=true (for debugging probes or the dashboard).
+# With logconfig_dict set, gunicorn hands every access line to the "gunicorn.access" logger, so its
+# level switches it, and AccessLogWhenEnabled skips building the lines nobody writes.
 accesslog = None
 _access_log_on = _checked(env_bool, "GUNICORN_ACCESS_LOG")
 loglevel = (_checked(env, "LOG_LEVEL", "INFO") or "INFO").lower()
-
-
-class JsonLogFormatter(logging.Formatter):
-    """Format a log record as one JSON object, the shape the app's own lines use."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": datetime.datetime.fromtimestamp(record.created, tz=datetime.timezone.utc)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-            "pid": record.process,
-        }
-        if record.exc_info:
-            entry["exc_info"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
-
-
+logger_class = AccessLogWhenEnabled
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": JsonLogFormatter}},
+    "formatters": {"json": {"()": "injector_site.logging.JsonFormatter"}},  # as settings.LOGGING
     "handlers": {
-        "stdout": {
-            "class": "logging.StreamHandler",
-            "formatter": "json",
-            "stream": "ext://sys.stdout",
-        },
+        "stdout": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"},
     },
     "root": {"level": loglevel.upper(), "handlers": ["stdout"]},
     "loggers": {
         "gunicorn.error": {"level": loglevel.upper(), "handlers": ["stdout"], "propagate": False},
-        "gunicorn.access": {
-            "level": "INFO" if _access_log_on else "CRITICAL",
-            "handlers": ["stdout"] if _access_log_on else [],
-            "propagate": False,
-        },
+        "gunicorn.access": {"level": "INFO" if _access_log_on else "CRITICAL",
+                            "handlers": ["stdout"] if _access_log_on else [], "propagate": False},
     },
 }
 
-
-
-class AccessLogWhenEnabled(glogging.Logger):
-    """gunicorn's logger, except that a switched-off access log costs nothing.
-
-    With logconfig_dict set, gunicorn builds every request's access-log atoms (a dict of some 30
-    fields) before the "gunicorn.access" logger drops the line at level CRITICAL: about 3 % of a
-    worker's samples under scripts/bench (py-spy). Checking the level first skips that work.
-    """
-
-    def access(self, resp, req, environ, request_time):
-        if self.access_log.isEnabledFor(logging.INFO):
-            super().access(resp, req, environ, request_time)
-
-
-logger_class = AccessLogWhenEnabled
-
-# --- TLS ---------------------------------------------------------------------
+# --- TLS ---------------------------------------------------------------------------------------
 
 _tls_files = _checked(tls_files_from_env)
-
 if _tls_files is not None:
     certfile = _tls_files.cert_file
     keyfile = _tls_files.key_file
     if _tls_files.client_ca_files:
-        # gunicorn's own factory takes one CA file; the ssl_context hook below loads
-        # every file in the list, so the first one is enough here.
+        # gunicorn's own factory takes one CA file; the ssl_context hook loads the others.
         ca_certs = _tls_files.client_ca_files[0]
-        # OPTIONAL, not REQUIRED: every client is asked for a certificate and a handshake
-        # with one that does not verify fails, but a client without one connects. The
-        # app then refuses POST /mutate on such a connection (mutations/views.py), while
-        # the kubelet's probes, Prometheus and browsers on the UI port, which have no
-        # client certificate, still get through.
+        # OPTIONAL, not REQUIRED: every client is asked for a certificate and a handshake with one
+        # that does not verify fails, but a client without one connects. The app then refuses
+        # POST /mutate on such a connection (mutate_answer), while the kubelet's probes, Prometheus
+        # and browsers on the UI port, which have no client certificate, still get through.
         cert_reqs = ssl.CERT_OPTIONAL
-    ssl_context = ReloadingSSLContext(
-        _tls_files, _checked(env_float, "TLS_RELOAD_INTERVAL_SECONDS", 1.0, minimum=0)
-    )
+    ssl_context = ReloadingSSLContext(_tls_files, _checked(env_float, "TLS_RELOAD_INTERVAL_SECONDS", 1.0, minimum=0))
 
-# --- Prometheus multiprocess mode -------------------------------------------
+# --- hooks -------------------------------------------------------------------------------------
 
 
 def on_starting(server) -> None:
-    """Check the TLS files load, set up the connection counts and empty the Prometheus directory
-    before any worker starts."""
+    """Before any worker starts: set up the connection counts, load the TLS files, empty the Prometheus directory."""
     # Room for workers added later with TTIN; a worker beyond it accepts as plain gthread does.
     BalancedThreadWorker.counts = ConnectionCounts(server.cfg.workers + 8)
     if _tls_files is not None:
-        # Build the context once in the master, before the workers fork: a missing
-        # or mismatched key stops the server here, where the operator sees it, and
-        # every worker starts with a loaded certificate, so a worker whose first
-        # connection arrives in the middle of a rotation keeps serving the
-        # inherited one instead of crashing. (Workers also share the session
-        # ticket keys, so a client resumes its TLS session on any worker.)
+        # Build the context once in the master, before the workers fork: a missing or mismatched key
+        # stops the server here, where the operator sees it, and a worker whose first connection
+        # comes in the middle of a rotation serves the inherited certificate instead of crashing.
+        # (Workers also share the session ticket keys, so a client resumes its session on any.)
         from gunicorn import sock
 
         sock.ssl_context(server.cfg)
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "").strip()
     if not directory:
         return
-    # Files left by a previous server in the same emptyDir (a container restart)
-    # would be summed into the new counters.
+    # Files left by a previous server in the same emptyDir (a container restart) would be summed.
     os.makedirs(directory, exist_ok=True)
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
@@ -215,6 +150,17 @@ def on_starting(server) -> None:
             shutil.rmtree(path)
         else:
             os.unlink(path)
+
+
+def pre_fork(server, worker) -> None:
+    """Give the new worker a free slot in the connection counts (in the master, before the fork)."""
+    counts = BalancedThreadWorker.counts
+    if counts is None:
+        return
+    # No free slot (more workers than slots, after TTIN): it accepts whenever it wakes, as gthread does.
+    worker.balance_slot = counts.free_slot({w.balance_slot for w in server.WORKERS.values()})
+    if worker.balance_slot is not None:
+        counts.clear(worker.balance_slot)  # live only once the worker's own loop publishes
 
 
 def child_exit(server, worker) -> None:
@@ -229,9 +175,6 @@ def child_exit(server, worker) -> None:
     prometheus_multiprocess.mark_process_dead(worker.pid)
 
 
-# --- audit writer --------------------------------------------------------------
-
-
 def _django_app_loaded() -> bool:
     """Whether this worker serves the Django app (the deploy tests also serve a bare WSGI app)."""
     django_apps = sys.modules.get("django.apps")
@@ -241,10 +184,9 @@ def _django_app_loaded() -> bool:
 def post_worker_init(worker) -> None:
     """Freeze the loaded app's objects out of the garbage collector, then start the audit writer.
 
-    Django, DRF and the app leave a few hundred thousand long-lived objects; every full collection
-    walked them all, a pause of several milliseconds in the middle of some admission (p99 19 -> 12 ms
-    unaudited in scripts/bench). gc.freeze() moves them to a generation the collector skips. The
-    writer writes spooled rows in batches and adopts the spool of workers that died.
+    Every full collection walked the few hundred thousand long-lived objects of Django, DRF and the
+    app, a pause of milliseconds in some admission (docs/benchmarks.md); gc.freeze() moves them to a
+    generation the collector skips. The writer writes spooled rows in batches and adopts dead workers' spools.
     """
     import gc
 
@@ -262,17 +204,3 @@ def worker_exit(server, worker) -> None:
         from mutations.audit import audit_writer_stop
 
         audit_writer_stop(timeout_seconds=max(graceful_timeout / 2, 1))
-
-
-worker_class = BalancedThreadWorker
-
-
-def pre_fork(server, worker) -> None:
-    """Give the new worker a free slot in the connection counts (in the master, before the fork)."""
-    counts = BalancedThreadWorker.counts
-    if counts is None:
-        return
-    # No free slot (more workers than slots, after TTIN): this one accepts whenever it wakes, as gthread does.
-    worker.balance_slot = counts.free_slot({w.balance_slot for w in server.WORKERS.values()})
-    if worker.balance_slot is not None:
-        counts.clear(worker.balance_slot)  # live only once the worker's own loop publishes

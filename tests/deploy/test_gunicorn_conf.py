@@ -8,6 +8,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import runpy
 import ssl
 import subprocess
@@ -207,3 +208,43 @@ def test_access_log_lines_only_when_switched_on(hello_app, start_server, switch,
     access = [json.loads(line) for line in server.log().splitlines() if '"gunicorn.access"' in line]
     assert len(access) == expected_lines
     assert all("GET /healthz" in entry["message"] for entry in access)
+
+
+# --- one log schema for gunicorn and the app -----------------------------------------------------
+
+
+def test_gunicorn_formats_its_lines_with_the_formatter_of_the_apps_settings(monkeypatch):
+    from django.conf import settings
+
+    for var in ("TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    conf = runpy.run_path(str(REPO_ROOT / "injector_site" / "gunicorn_conf.py"))
+    assert conf["logconfig_dict"]["formatters"] == settings.LOGGING["formatters"]
+
+
+def test_gunicorn_lines_and_the_apps_lines_have_one_schema(tmp_path, start_server):
+    """gunicorn's own lines ("Booting worker") and a line the Django app logs (with extra fields), as
+    a log collector reads them: the same fields in the same format, the app adding only its extras."""
+    env = {"DATABASE_URL": "", "DB_HOST": "", "DB_NAME": "", "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
+           "INJECTOR_AUDIT_SPOOL_DIR": str(tmp_path / "spool"), "WEB_CONCURRENCY": "1",
+           "TLS_CERT_FILE": "", "TLS_KEY_FILE": "", "TLS_CLIENT_CA_FILE": ""}
+    server = start_server("injector_site.wsgi:application", env)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("POST", "/mutate", body=b"not json", headers={"Content-Type": "text/plain"})
+    assert conn.getresponse().status == 415  # logged as "refused a /mutate request"
+    conn.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "refused a /mutate request" not in server.log():
+        time.sleep(0.1)
+    entries = [json.loads(line) for line in server.log().splitlines() if line.strip()]
+    booting = next(e for e in entries if e["message"].startswith("Booting worker"))
+    refused = next(e for e in entries if e["message"] == "refused a /mutate request")
+
+    assert set(booting) == {"time", "level", "logger", "message", "pid"}
+    assert set(refused) == set(booting) | {"status_code", "detail"}
+    for entry in (booting, refused):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry["time"]), entry
+    assert (booting["logger"], booting["level"]) == ("gunicorn.error", "INFO")
+    assert (refused["logger"], refused["level"]) == ("volcano_injector.admission", "WARNING")
+    assert refused["status_code"] == 415
+    assert refused["pid"] == int(booting["message"].rsplit(" ", 1)[-1])  # the worker that booted
