@@ -45,6 +45,9 @@ MAY_IMPORT = {
 # What the engine may import besides itself: the standard library and orjson (the wire format's JSON).
 ENGINE_THIRD_PARTY = {"orjson"}
 
+# A module longer than this says why at its top ("Longer than 400 lines because ...").
+MAX_MODULE_LINES = 400
+
 def layer(module: str) -> str | None:
     """The layer a module of ours is in; None for a module that is not ours (Django, the standard library)."""
     parts = module.split(".")
@@ -136,6 +139,17 @@ def test_an_import_against_the_direction_is_caught(module, source):
 ])
 def test_an_import_along_the_direction_is_allowed(module, source):
     assert violations(source, module) == []
+
+
+def test_modules_stay_under_the_size_limit_or_say_why():
+    too_long = []
+    for path in our_modules():
+        text = path.read_text()
+        lines = text.count("\n")
+        docstring = ast.get_docstring(ast.parse(text)) or ""
+        if lines > MAX_MODULE_LINES and f"Longer than {MAX_MODULE_LINES} lines because" not in docstring:
+            too_long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert not too_long, "split these along their seams, or say why at their top:\n" + "\n".join(too_long)
 
 
 def test_every_management_command_has_a_test():
