@@ -28,7 +28,7 @@ if not SECRET_KEY:
             "DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) is required; "
             "set INJECTOR_DEV_MODE=true to run with an insecure development key"
         )
-    SECRET_KEY = "insecure-dev-key-do-not-use-in-production"  # noqa: S105
+    SECRET_KEY = "insecure-dev-key-do-not-use-in-production"  # noqa: S105  (dev mode only, see above)
 
 # The API server calls the webhook by its Service DNS name; probes call the Pod IP.
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "*" if DEV_MODE else "")

@@ -19,7 +19,7 @@ django_application = get_wsgi_application()
 
 from django.db import close_old_connections, connections  # noqa: E402  (after Django is set up)
 
-from mutations.webhook.views import JSON_HEADERS, MUTATE_PATH, mutate_answer  # noqa: E402
+from mutations.webhook.views import JSON_HEADERS, MUTATE_PATH, mutate_answer  # noqa: E402  (imports models: after setup)
 
 _STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in HTTPStatus}
 

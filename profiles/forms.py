@@ -5,8 +5,8 @@ from __future__ import annotations
 from django import forms
 
 from .models import GpuModel, NamespacePolicy, Preset
-from .validation import gpu_model_validate, namespace_policy_validate, preset_validate
 from .services import PodDocumentError, pod_document_parse
+from .validation import gpu_model_validate, namespace_policy_validate, preset_validate
 
 
 def _add_problems(form: forms.ModelForm, problems: dict[str, list[str]]) -> None:

@@ -126,7 +126,8 @@ class NamespacePolicy(TimestampedModel):
 
     namespace = models.CharField(
         max_length=253, unique=True, validators=[namespace_pattern_validator],
-        help_text="An exact namespace, or a pattern such as team-* (exact beats pattern, longer pattern beats shorter).",
+        help_text="An exact namespace, or a pattern such as team-* "
+                  "(exact beats pattern, longer pattern beats shorter).",
     )
     description = models.TextField(blank=True)
     mode = models.CharField(

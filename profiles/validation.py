@@ -113,10 +113,10 @@ def gpu_model_validate(*, gpu_model: GpuModel) -> dict[str, list[str]]:
             gpu_model.presets.filter(vgpu_memory_mib__gt=gpu_model.memory_mib).values_list("name", flat=True)
         )
         if too_big:
-            problems["memory_mib"] = [
+            problems["memory_mib"] = [(
                 f"Preset(s) {', '.join(too_big)} give more than {gpu_model.memory_mib} MiB per vGPU on this card: "
                 "lower their vGPU memory first."
-            ]
+            )]
     if gpu_model.match is not None and not gpu_model.match.strip():
         problems["match"] = ["Give the substring Volcano matches in the card name, e.g. A100."]
     elif gpu_model.match and "," in gpu_model.match:

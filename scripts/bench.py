@@ -28,9 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support import pods  # noqa: E402  (realistic Pods, as the API server sends them)
-from tests.support.servers import GunicornProcess, database_recreate  # noqa: E402
-
+from tests.support import pods  # noqa: E402  (needs REPO on sys.path; realistic Pods, as the API server sends them)
+from tests.support.servers import GunicornProcess, database_recreate  # noqa: E402  (needs REPO on sys.path)
 
 LUA = r"""
 -- Post AdmissionReviews, each with a uid of its own; bodies alternate between the Pods below.
@@ -121,7 +120,7 @@ class Server(GunicornProcess):
         import ssl
         import urllib.request
 
-        context = ssl._create_unverified_context() if self.scheme == "https" else None
+        context = ssl._create_unverified_context() if self.scheme == "https" else None  # noqa: S323 - own dev certificate
 
         def ready() -> bool:
             with urllib.request.urlopen(f"{self.scheme}://127.0.0.1:{self.port}/readyz", timeout=2,
@@ -193,7 +192,8 @@ def bench_case(*, url: str, audit: bool, tls_dir: Path | None, args, work_root: 
     # CPU per admission is steadier than req/s on a machine that other work shares.
     group = f"pgrp:{server.process.pid}"
     result["server_cpu_us"] = (after.get(group, 0) - before.get(group, 0)) / max(result["requests"], 1) * 1e6
-    result["postgres_cpu_us"] = (after.get("postgres", 0) - before.get("postgres", 0)) / max(result["requests"], 1) * 1e6
+    result["postgres_cpu_us"] = ((after.get("postgres", 0) - before.get("postgres", 0))
+                                 / max(result["requests"], 1) * 1e6)
     result["answered"] = warm["requests"] + result["requests"]
     result["non_2xx"] += warm["non_2xx"]
     result["rows"] = audit_rows(url, prefix) if audit else None
@@ -256,7 +256,8 @@ def main() -> int:
         server_cpu = statistics.median(r["server_cpu_us"] for r in runs)
         postgres_cpu = statistics.median(r["postgres_cpu_us"] for r in runs)
         print(f"{scheme:6} {'on' if audit else 'off':5} {rps:8.0f} {p50:7.2f} {p99:7.2f} {answered:9d} "
-              f"{rows if rows is not None else '-':>9} {non_2xx:7d} {errors:6d} {server_cpu:17.0f} {postgres_cpu:19.0f}")
+              f"{rows if rows is not None else '-':>9} {non_2xx:7d} {errors:6d} {server_cpu:17.0f} "
+              f"{postgres_cpu:19.0f}")
         if audit and rows < answered:
             failures.append(f"{scheme}: {answered - rows} answered admissions have no audit row")
         if non_2xx:
@@ -265,10 +266,12 @@ def main() -> int:
         on, off = medians[(scheme, True)], medians[(scheme, False)]
         # The host's speed drifts over minutes on a shared machine; each round runs audit off and on
         # back to back, so the ratio within a round is steadier than the ratio of the medians.
-        paired = [a["rps"] / b["rps"] for a, b in zip(results[(scheme, True)], results[(scheme, False)])]
+        paired = [a["rps"] / b["rps"]
+                  for a, b in zip(results[(scheme, True)], results[(scheme, False)], strict=True)]
         ratio = statistics.median(paired)
         verdict = "ok" if ratio >= 0.75 and on[1] < 20 else "BELOW TARGET"
-        rounds_p99 = {audit: ", ".join(f"{r['p99_ms']:.1f}" for r in results[(scheme, audit)]) for audit in (True, False)}
+        rounds_p99 = {audit: ", ".join(f"{r['p99_ms']:.1f}" for r in results[(scheme, audit)])
+                      for audit in (True, False)}
         print(f"{scheme}: audited/unaudited throughput ratio {ratio:.2f} (median of the rounds' ratios "
               f"{', '.join(f'{r:.2f}' for r in paired)}; target >= 0.75), audited p99 {on[1]:.2f} ms "
               f"(rounds {rounds_p99[True]}; off: {off[1]:.2f} ms, rounds {rounds_p99[False]}; target < 20 ms): "

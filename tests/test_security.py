@@ -125,7 +125,8 @@ def test_with_mtls_on_mutate_without_a_client_certificate_is_refused_and_writes_
 
 
 def test_mtls_is_on_exactly_when_a_client_ca_file_is_set(tmp_path):
-    script = "import django; django.setup(); from django.conf import settings as s; print(s.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT)"
+    script = ("import django; django.setup(); from django.conf import settings as s; "
+              "print(s.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT)")
     for value, expected in (("", "False"), (" , ", "False"), ("/etc/ca.crt", "True"), ("/a.crt,/b.crt", "True")):
         result = run_python(script, {**production_env(tmp_path), "TLS_CLIENT_CA_FILE": value})
         assert result.returncode == 0, result.stderr

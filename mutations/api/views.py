@@ -7,7 +7,6 @@ from rest_framework.permissions import IsAdminUser
 
 from ..audit.filters import AuditFilter
 from ..models import AdmissionAudit
-
 from .serializers import AdmissionAuditSerializer
 
 

@@ -126,7 +126,7 @@ def row_decode(columns: tuple[str, ...], line: bytes) -> dict:
     if len(values) != len(columns):
         raise ValueError(f"{len(values)} fields for {len(columns)} columns")
     record = {}
-    for name, raw in zip(columns, values):
+    for name, raw in zip(columns, values, strict=True):
         if raw == "\\N":
             record[name] = None
             continue

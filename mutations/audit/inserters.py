@@ -146,7 +146,7 @@ class PsycopgInserter:
         if self._connection is not None:
             try:
                 self._connection.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection
+            except Exception:  # noqa: BLE001, S110 - closing a broken connection: nothing left to do
                 pass
             self._connection = None
 

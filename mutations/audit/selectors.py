@@ -7,8 +7,7 @@ import binascii
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
@@ -205,7 +204,8 @@ def audit_overview(*, window: str = DEFAULT_WINDOW, now: datetime | None = None)
     presets: dict[str, dict] = {}
     for row in by_name:
         mutated = row["decision"] == Decision.MUTATED.value
-        entry = namespaces.setdefault(row["namespace"], {"namespace": row["namespace"], "n": 0, "problems": 0, "mib": 0})
+        entry = namespaces.setdefault(row["namespace"],
+                                      {"namespace": row["namespace"], "n": 0, "problems": 0, "mib": 0})
         n = int(row["n"])
         entry["n"] += n
         entry["problems"] += n if row["decision"] in PROBLEM_DECISIONS else 0
@@ -243,15 +243,14 @@ def _window_counts(recent: QuerySet[AdmissionAudit], *, since: datetime, until: 
 
 
 def _window_counts_from(recent, *, mark: int | None, since: datetime, until: datetime, trunc) -> tuple[list, list]:
-    utc = dt_timezone.utc
     live = recent if mark is None else recent.filter(id__gt=mark)
-    by_bucket = (live.annotate(bucket=trunc("created_at", tzinfo=utc)).values("bucket", "decision")
+    by_bucket = (live.annotate(bucket=trunc("created_at", tzinfo=UTC)).values("bucket", "decision")
                  .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
     by_name = (live.values("namespace", "preset_name", "decision")
                .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
     if mark is not None:
         rolled = AuditRollup.objects.filter(hour__gte=since, hour__lte=until)
-        by_bucket = (rolled.annotate(bucket=trunc("hour", tzinfo=utc)).values("bucket", "decision")
+        by_bucket = (rolled.annotate(bucket=trunc("hour", tzinfo=UTC)).values("bucket", "decision")
                      .annotate(n=Sum("admissions"), mib=Sum("vgpu_memory_mib")).order_by()
                      ).union(by_bucket, all=True)
         by_name = (rolled.values("namespace", "preset_name", "decision")
@@ -261,5 +260,5 @@ def _window_counts_from(recent, *, mark: int | None, since: datetime, until: dat
 
 
 def _truncate(moment: datetime, bucket: str) -> datetime:
-    moment = moment.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0)
+    moment = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     return moment.replace(hour=0) if bucket == "day" else moment

@@ -31,7 +31,6 @@ SEGMENT_SUFFIX = ".copy"  # a header line naming the columns, then one COPY text
 # converted) so that a spool kept on a persistent volume across an upgrade loses nothing.
 LEGACY_SUFFIX = ".jsonl"
 SEGMENT_SUFFIXES = (SEGMENT_SUFFIX, LEGACY_SUFFIX)
-HEADER_PREFIX = b"#volcano-injector audit rows, PostgreSQL COPY text format, columns: "
 # Bytes reserved (posix_fallocate) for a new segment, which requests fill through a shared memory
 # map: appending a row is then a memory copy, not a write() system call. Measured with scripts/bench
 # (inserts deferred): a write() per admission cost about 70 us of worker CPU and a GIL hand-off,

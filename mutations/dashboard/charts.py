@@ -88,10 +88,10 @@ def stacked_bars(*, buckets: list[datetime], counts: list[dict[str, int]], bucke
     n = max(len(buckets), 1)
     slot = plot_w / n
     bar_w = max(slot * 0.8, 1)
-    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
-             f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>']
+    parts = [(f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
+              f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>')]
     parts += _axes(ticks, plot_w, plot_h, "admissions")
-    for i, (moment, by_decision) in enumerate(zip(buckets, counts)):
+    for i, (moment, by_decision) in enumerate(zip(buckets, counts, strict=True)):
         x = LEFT + i * slot + (slot - bar_w) / 2
         y = TOP + plot_h
         for decision in DECISION_ORDER:
@@ -125,15 +125,16 @@ def area(*, buckets: list[datetime], values: list[float], bucket: str, title: st
         return TOP + plot_h - v / top * plot_h
 
     points = [(x_of(i), y_of(v)) for i, v in enumerate(values)]
-    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
-             f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>']
+    parts = [(f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
+              f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>')]
     parts += _axes(ticks, plot_w, plot_h, unit)
     if points:
         line = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
         base = TOP + plot_h
-        parts.append(f'<polygon class="area-fill" points="{points[0][0]:.1f},{base} {line} {points[-1][0]:.1f},{base}"/>')
+        parts.append(f'<polygon class="area-fill" '
+                     f'points="{points[0][0]:.1f},{base} {line} {points[-1][0]:.1f},{base}"/>')
         parts.append(f'<polyline class="area-line" points="{line}"/>')
-        for (x, y), moment, v in zip(points, buckets, values):
+        for (x, y), moment, v in zip(points, buckets, values, strict=True):
             when = moment.strftime("%Y-%m-%d %H:%M" if bucket == "hour" else "%Y-%m-%d")
             parts.append(f'<circle class="area-point" cx="{x:.1f}" cy="{y:.1f}" r="{2 if n > 60 else 3}">'
                          f'<title>{when} UTC: {v:g} {escape(unit)}</title></circle>')

@@ -40,7 +40,8 @@ def resources_side_by_side(*, row: AdmissionAudit) -> list[dict]:
         parts = [unescape(t) for t in str(op.get("path", "")).split("/")[1:]]
         if len(parts) >= 4 and parts[0] == "spec" and parts[1] in ("containers", "initContainers") \
                 and parts[2].isdigit() and parts[3] == "resources":
-            ops_by_container.setdefault((parts[1], int(parts[2])), []).append((op.get("op"), parts[4:], op.get("value")))
+            ops_by_container.setdefault((parts[1], int(parts[2])), []).append(
+                (op.get("op"), parts[4:], op.get("value")))
     grants = {(g.get("container"), bool(g.get("init"))): g for g in (row.containers or []) if isinstance(g, dict)}
     positions = {"containers": 0, "initContainers": 0}
     result = []

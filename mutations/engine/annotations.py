@@ -69,7 +69,7 @@ def vgpu_memory_parse(value: str) -> int:
     try:
         number = parse_quantity(value)
     except QuantityError:
-        raise Denial(field, f"annotation {ANN_VGPU_MEMORY}: {value!r} is not a memory size; use {accepted}")
+        raise Denial(field, f"annotation {ANN_VGPU_MEMORY}: {value!r} is not a memory size; use {accepted}") from None
     if re.fullmatch(r"\s*[0-9]+\s*", value):
         mib = int(number)
     else:

@@ -75,7 +75,7 @@ def _whole(container: Container, limits: dict, key: str) -> int:
     try:
         value = parse_quantity(limits[key])
     except QuantityError as exc:
-        raise Denial(field, f"{field}: {exc}; use a whole number")
+        raise Denial(field, f"{field}: {exc}; use a whole number") from None
     if value != value.to_integral_value() or value < 0:
         raise Denial(field, f"{field}: {limits[key]!r} must be a whole, non-negative number")
     return int(value)

@@ -55,4 +55,4 @@ def _quantity(container: Container, part: str, resource: str, value: object) -> 
     try:
         return parse_quantity(value)
     except QuantityError as exc:
-        raise Denial(field, f"{field}: {exc}")
+        raise Denial(field, f"{field}: {exc}") from None

@@ -43,7 +43,7 @@ def _diff(source: object, target: object, path: str, ops: list[dict]) -> None:
                 _diff(source[key], value, f"{path}/{escape(key)}", ops)
         return
     if type(source) is type(target) and isinstance(source, list) and len(source) == len(target):
-        for index, (old, new) in enumerate(zip(source, target)):
+        for index, (old, new) in enumerate(zip(source, target, strict=True)):
             _diff(old, new, f"{path}/{index}", ops)
         return
     # bool is an int in Python: compare types too, so true never stands in for 1.

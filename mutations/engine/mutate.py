@@ -189,7 +189,7 @@ class _Mutation:
                 try:
                     values[part] = parse_quantity(source[GPU_RESOURCE])
                 except QuantityError as exc:
-                    raise Denial(field, f"{field}: {exc}; use a whole number of GPUs or a fraction below 1")
+                    raise Denial(field, f"{field}: {exc}; use a whole number of GPUs or a fraction below 1") from None
                 if values[part] < 0:
                     raise Denial(field, f"{field}: {source[GPU_RESOURCE]!r} is negative; use a whole number of GPUs")
         if len(values) == 2 and values["limits"] != values["requests"]:

@@ -2,7 +2,6 @@
 
 from django.db import migrations, models
 
-
 TRIGRAM_INDEXES = {"audit_pod_name_trgm": "pod_name", "audit_generate_name_trgm": "generate_name"}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -22,7 +22,7 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
     before = _resources_before(request) if preview else []
     return {
         # Strings, not datetime/Decimal: the row is encoded as a COPY text line on the hot path.
-        "created_at": datetime.now(timezone.utc).isoformat(),
+        "created_at": datetime.now(UTC).isoformat(),
         "request_uid": request.uid,
         "operation": request.operation,
         "namespace": request.namespace or text_cut(metadata.get("namespace")),

@@ -72,7 +72,8 @@ def test_every_kubernetes_object_validates_against_the_schema(build, version):
         try:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{name}: {obj['kind']}/{obj['metadata']['name']} invalid for {version}: {exc.message} at {list(exc.path)}")
+            pytest.fail(f"{name}: {obj['kind']}/{obj['metadata']['name']} invalid for {version}: "
+                        f"{exc.message} at {list(exc.path)}")
 
 
 def test_cert_manager_objects_have_their_required_fields(build):
@@ -100,7 +101,8 @@ def test_cert_manager_objects_have_their_required_fields(build):
                 assert spec["issuerRef"]["name"] in issuers
     # the CA issuer reads the CA Certificate's Secret
     ca_issuer_secrets = {i["spec"]["ca"]["secretName"] for i in issuers.values() if "ca" in i["spec"]}
-    ca_cert_secrets = {o["spec"]["secretName"] for o in cm_objects if o["kind"] == "Certificate" and o["spec"].get("isCA")}
+    ca_cert_secrets = {o["spec"]["secretName"] for o in cm_objects
+                       if o["kind"] == "Certificate" and o["spec"].get("isCA")}
     assert ca_issuer_secrets == ca_cert_secrets
 
 
@@ -218,7 +220,8 @@ def test_client_config_points_at_the_webhook_service(build):
     named = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports[0]["targetPort"] == "https"
     assert named["https"] == 8443
-    assert labels_match({"matchLabels": service["spec"]["selector"]}, deployment(objects)["spec"]["template"]["metadata"]["labels"])
+    assert labels_match({"matchLabels": service["spec"]["selector"]},
+                        deployment(objects)["spec"]["template"]["metadata"]["labels"])
     # no caBundle pasted by hand: cert-manager injects it
     assert "caBundle" not in hook["clientConfig"]
 
@@ -246,7 +249,8 @@ def test_serving_certificate_covers_both_services_and_is_mounted(build):
     # the Deployment mounts that Secret, as a whole directory (no subPath: the
     # kubelet then updates renewed files in place)
     pod_spec = deployment(objects)["spec"]["template"]["spec"]
-    tls_volumes = [v for v in pod_spec["volumes"] if v.get("secret", {}).get("secretName") == certificate["spec"]["secretName"]]
+    tls_volumes = [v for v in pod_spec["volumes"]
+                   if v.get("secret", {}).get("secretName") == certificate["spec"]["secretName"]]
     assert len(tls_volumes) == 1
     container = injector_container(objects)
     mounts = [m for m in container["volumeMounts"] if m["name"] == tls_volumes[0]["name"]]
@@ -474,7 +478,8 @@ def test_ui_has_its_own_service_on_its_own_port(build):
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     binds = env_value(container, "GUNICORN_BIND").split(",")
     assert sorted(int(b.rsplit(":", 1)[1]) for b in binds) == sorted(ports.values())
-    assert labels_match({"matchLabels": ui["spec"]["selector"]}, deployment(objects)["spec"]["template"]["metadata"]["labels"])
+    assert labels_match({"matchLabels": ui["spec"]["selector"]},
+                        deployment(objects)["spec"]["template"]["metadata"]["labels"])
     # the webhook port serves only the webhook and probes (injector_site/middleware.py)
     assert env_value(container, "INJECTOR_WEBHOOK_ONLY_PORTS").split(",") == [str(ports["https"])]
 
@@ -521,7 +526,8 @@ def test_trial_database_is_reachable_under_the_name_in_database_url(builds):
     assert url.port == service["spec"]["ports"][0]["port"]
     statefulset = find_object(objects, "StatefulSet", service_name)
     assert statefulset["spec"]["replicas"] == 1
-    assert labels_match({"matchLabels": service["spec"]["selector"]}, statefulset["spec"]["template"]["metadata"]["labels"])
+    assert labels_match({"matchLabels": service["spec"]["selector"]},
+                        statefulset["spec"]["template"]["metadata"]["labels"])
     pg_env = find_prefixed(objects, "Secret", "volcano-injector-postgresql")["data"]
     assert base64.b64decode(pg_env["POSTGRES_PASSWORD"]).decode() == url.password
     assert base64.b64decode(pg_env["POSTGRES_USER"]).decode() == url.username
@@ -543,7 +549,8 @@ def test_schema_validation_catches_a_misspelt_field(builds):
     import copy
 
     broken = copy.deepcopy(deployment(builds["overlays/production"]))
-    broken["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = broken["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")
+    container = broken["spec"]["template"]["spec"]["containers"][0]
+    container["readinesProbe"] = container.pop("readinessProbe")
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[-1], strict=True)
 
@@ -570,7 +577,8 @@ def test_readme_covers_install_operations_and_the_errors_operators_hit():
     from .conftest import DEPLOY_DIR
 
     text = (DEPLOY_DIR / "README.md").read_text()
-    for heading in ("## Install from zero", "## Verify with a test Pod", "## Upgrade", "## Roll back", "## Uninstall", "## Troubleshooting"):
+    for heading in ("## Install from zero", "## Verify with a test Pod", "## Upgrade", "## Roll back", "## Uninstall",
+                    "## Troubleshooting"):
         assert heading in text, heading
     assert text.index("cert-manager") < text.index("kubectl apply -k deploy/overlays/production")
     for error in ("x509: certificate signed by unknown authority", 'service "volcano-injector" not found',

@@ -55,7 +55,8 @@ def test_dev_serves_the_webhook_on_a_new_sqlite_database_and_audits_it(tmp_path)
         deadline = time.monotonic() + 30
         while True:  # the writer thread inserts spooled rows every quarter second
             with sqlite3.connect(database) as db:
-                row = db.execute("SELECT decision FROM mutations_admissionaudit WHERE request_uid = ?", [uid]).fetchone()
+                row = db.execute("SELECT decision FROM mutations_admissionaudit WHERE request_uid = ?",
+                                 [uid]).fetchone()
             if row:
                 break
             assert time.monotonic() < deadline, f"no audit row for {uid}:\n{log_path.read_text()}"
@@ -98,7 +99,8 @@ def test_dev_cert_names_localhost_and_extra_names(tmp_path):
                           capture_output=True, text=True, check=True).stdout
     for name in ("DNS:localhost", "IP Address:127.0.0.1", "DNS:volcano-injector.gpustack.svc"):
         assert name in text
-    verify = subprocess.run(["openssl", "verify", "-CAfile", str(certs / "ca.crt"), str(certs / "tls.crt"), str(certs / "client.crt")],
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(certs / "ca.crt"), str(certs / "tls.crt"),
+                             str(certs / "client.crt")],
                             capture_output=True, text=True)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert oct((certs / "tls.key").stat().st_mode & 0o777) == "0o600"

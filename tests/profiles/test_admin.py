@@ -4,8 +4,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from profiles.models import GpuModel, NamespacePolicy, Preset
-from tests.support import pods
 from profiles.selectors import pod_yaml
+from tests.support import pods
 
 pytestmark = pytest.mark.django_db
 

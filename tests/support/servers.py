@@ -71,7 +71,7 @@ class GunicornProcess:
         self.env = {**os.environ, "GUNICORN_BIND": f"127.0.0.1:{self.port}", **env}
         self.env["PATH"] = f"{VENV_BIN}{os.pathsep}{self.env.get('PATH', '')}"
         self.argv = argv or [str(VENV_BIN / "gunicorn"), "-c", str(REPO / "injector_site" / "gunicorn_conf.py"), app]
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 - open while the server runs; stop() closes it
         self.process = subprocess.Popen(self.argv, cwd=cwd, env=self.env, stdout=self._log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -7,7 +7,7 @@ import json
 import random
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
@@ -30,7 +30,8 @@ SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 def _container(name: str, limits: dict, requests: dict | None = None) -> dict:
     requests = {**limits, **(requests or {})}
-    return {"name": name, "image": "registry.example.com/" + name, "resources": {"limits": limits, "requests": requests}}
+    return {"name": name, "image": "registry.example.com/" + name,
+            "resources": {"limits": limits, "requests": requests}}
 
 
 def _pod(containers, *, namespace, name="", generate_name="", annotations=None, owner=None) -> dict:
@@ -53,7 +54,8 @@ def _workloads(namespace: str) -> list[tuple[str, dict]]:
     if namespace == "ray":
         return [("suffix", _pod([_container("ray-worker", {"nvidia.com/gpu": str(g), "cpu": "16", "memory": "128Gi"})],
                                 namespace=namespace, name=f"raycluster-{m}-gpu-worker-",
-                                annotations={"volcano-injector.io/preset": preset}, owner=("RayCluster", f"raycluster-{m}")))
+                                annotations={"volcano-injector.io/preset": preset},
+                                owner=("RayCluster", f"raycluster-{m}")))
                 for g, m, preset in ((1, "tune", "llm-7b"), (4, "train", "llm-14b"), (2, "serve", "llm-32b"))]
     if namespace == "kserve-models":
         return [("hash", _pod([_container("kserve-container", {"nvidia.com/gpu": "1", "cpu": "4", "memory": "24Gi"}),
@@ -109,12 +111,12 @@ class Command(BaseCommand):
         started = time.perf_counter()
         rng = random.Random(seed)
         templates = self._templates()
-        end = datetime.now(timezone.utc)
+        end = datetime.now(UTC)
         times = sorted(self._random_time(rng, end, days) for _ in range(rows))
         decisions = rng.choices(list(DECISION_WEIGHTS), weights=list(DECISION_WEIGHTS.values()), k=rows)
         sql = f'COPY {AdmissionAudit._meta.db_table} ({", ".join(COLUMNS)}) FROM STDIN'
         with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
-            for created_at, decision in zip(times, decisions):
+            for created_at, decision in zip(times, decisions, strict=True):
                 copy.write_row(self._row(rng, rng.choice(templates[decision]), created_at))
         self.stdout.write(f"added {rows} audit rows over {days} days in {time.perf_counter() - started:.1f} s")
 

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from mutations.models import AdmissionAudit
 from mutations.audit import audit_rows_delete
+from mutations.models import AdmissionAudit
 
 UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 

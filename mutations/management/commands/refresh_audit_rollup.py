@@ -11,7 +11,7 @@ from mutations.audit.rollup import ROLLUP_REFRESH_MAX_ROWS, audit_rollup_refresh
 
 class Command(BaseCommand):
     help = ("Count audit rows added since the last refresh into the overview's hourly rollup, until none "
-            "is left. The overview does this for at most %d rows per page by itself." % ROLLUP_REFRESH_MAX_ROWS)
+            f"is left. The overview does this for at most {ROLLUP_REFRESH_MAX_ROWS} rows per page by itself.")
 
     def add_arguments(self, parser):
         parser.add_argument("--lock-timeout-ms", type=int, default=5000,

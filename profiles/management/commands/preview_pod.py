@@ -43,7 +43,8 @@ class Command(BaseCommand):
         if result.field:
             self.stdout.write(f"field:    {result.field}")
         self.stdout.write(f"policy:   {result.policy}")
-        self.stdout.write(f"preset:   {result.preset or '-'}" + (f" (chosen by {result.source})" if result.source else ""))
+        self.stdout.write(f"preset:   {result.preset or '-'}"
+                          + (f" (chosen by {result.source})" if result.source else ""))
         self.stdout.write(f"config:   version {preview.config_version}")
         for warning in result.warnings:
             self.stdout.write(f"warning:  {warning}")

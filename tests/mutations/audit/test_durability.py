@@ -224,7 +224,7 @@ class PrivatePostgres:
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="volcano-outage-pg-", dir="/tmp"))
         self.data = self.root / "data"
-        os.chmod(self.root, 0o755)
+        os.chmod(self.root, 0o755)  # noqa: S103 - the postgres user runs initdb in it
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
         self._run(PG_BIN / "initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")

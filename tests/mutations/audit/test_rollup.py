@@ -15,8 +15,8 @@ from django.db import connection
 from django.utils import timezone
 
 from mutations.audit import selectors
-from mutations.models import AdmissionAudit, AuditRollup, AuditRollupMark
 from mutations.audit.rollup import audit_rollup_mark, audit_rollup_refresh
+from mutations.models import AdmissionAudit, AuditRollup, AuditRollupMark
 from tests.support.audit import audit_row
 
 SHAPES = [  # namespace, decision, preset, MiB

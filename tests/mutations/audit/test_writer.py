@@ -11,16 +11,23 @@ import sys
 import textwrap
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from django.db import connection
 from prometheus_client import REGISTRY
 
-from mutations.audit import encoding, inserters
+from mutations.audit import (
+    audit_backlog_rows,
+    audit_flush,
+    audit_record_submit,
+    audit_writer_start,
+    audit_writer_stop,
+    encoding,
+    inserters,
+)
 from mutations.audit import spool as audit_spool
-from mutations.audit import audit_backlog_rows, audit_flush, audit_record_submit, audit_writer_start, audit_writer_stop
 from mutations.models import AdmissionAudit
 
 REPO = Path(__file__).resolve().parents[3]
@@ -29,7 +36,7 @@ REPO = Path(__file__).resolve().parents[3]
 def record(uid: str | None = None, **overrides) -> dict:
     """An audit row as mutations.webhook.record.audit_record_build builds it."""
     row = {
-        "created_at": datetime.now(timezone.utc),
+        "created_at": datetime.now(UTC),
         "request_uid": uid or str(uuid.uuid4()),
         "operation": "CREATE",
         "namespace": "team-a",
@@ -368,8 +375,9 @@ def test_writer_uses_its_own_connection_not_djangos():
 
 @pytest.mark.django_db
 def test_drain_audit_command_writes_a_spool_directory_and_reports_counts(tmp_path):
-    from django.core.management import call_command
     from io import StringIO
+
+    from django.core.management import call_command
 
     spool = tmp_path / "other-spool"
     process = spooling_process(spool, ["drain-1", "drain-2"], then="sigkill")

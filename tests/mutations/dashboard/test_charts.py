@@ -1,13 +1,13 @@
 """The server-rendered charts: axes a person can read, one mark per value, escaped text."""
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from mutations.dashboard import charts
 
-HOURS = [datetime(2026, 12, 1, tzinfo=timezone.utc) + timedelta(hours=i) for i in range(24)]
+HOURS = [datetime(2026, 12, 1, tzinfo=UTC) + timedelta(hours=i) for i in range(24)]
 
 
 @pytest.mark.parametrize("maximum, ticks", [(0, [0, 1]), (7, [0, 2, 4, 6, 8]), (95, [0, 20, 40, 60, 80, 100]),

@@ -4,8 +4,7 @@ import copy
 
 import pytest
 
-from mutations.engine import estimate_model_vram_mib, mutate_pod
-from mutations.engine import make_patch
+from mutations.engine import estimate_model_vram_mib, make_patch, mutate_pod
 from mutations.engine.specs import (
     Catalog,
     Decision,
@@ -62,17 +61,22 @@ def admitted(original, result):
     "annotations, memory, cores, preset, source",
     [
         ({}, "16384", None, "default", "namespace policy *"),
-        ({"volcano-injector.io/vgpu-memory": "12Gi"}, "12288", None, "default", "annotation volcano-injector.io/vgpu-memory"),
-        ({"volcano-injector.io/vgpu-memory": "20000"}, "20000", None, "default", "annotation volcano-injector.io/vgpu-memory"),
+        ({"volcano-injector.io/vgpu-memory": "12Gi"}, "12288", None, "default",
+         "annotation volcano-injector.io/vgpu-memory"),
+        ({"volcano-injector.io/vgpu-memory": "20000"}, "20000", None, "default",
+         "annotation volcano-injector.io/vgpu-memory"),
         ({"volcano-injector.io/vgpu-memory": "20000", "volcano-injector.io/preset": "llm-7b"}, "20000", "50", "llm-7b",
          "annotation volcano-injector.io/vgpu-memory"),
         ({"volcano-injector.io/vgpu-memory-percentage": "50", "volcano-injector.io/gpu-type": "A100-80GB"}, "40960",
          None, "default", "annotation volcano-injector.io/vgpu-memory-percentage"),
         ({"volcano-injector.io/preset": "llm-7b", "volcano-injector.io/model-size": "70B"}, "23552", "50", "llm-7b",
          "annotation volcano-injector.io/preset"),
-        ({"volcano-injector.io/model-size": "7B"}, "23552", "50", "llm-7b", "annotation volcano-injector.io/model-size=7B"),
-        ({"volcano-injector.io/model-size": "1.5B"}, "10240", "25", "llm-1.5b", "annotation volcano-injector.io/model-size=1.5B"),
-        ({"volcano-injector.io/model-size": "70b"}, "47104", None, "llm-70b", "annotation volcano-injector.io/model-size=70b"),
+        ({"volcano-injector.io/model-size": "7B"}, "23552", "50", "llm-7b",
+         "annotation volcano-injector.io/model-size=7B"),
+        ({"volcano-injector.io/model-size": "1.5B"}, "10240", "25", "llm-1.5b",
+         "annotation volcano-injector.io/model-size=1.5B"),
+        ({"volcano-injector.io/model-size": "70b"}, "47104", None, "llm-70b",
+         "annotation volcano-injector.io/model-size=70b"),
         ({"volcano-injector.io/preset": "llm-7b", "volcano-injector.io/vgpu-cores": "30"}, "23552", "30", "llm-7b",
          "annotation volcano-injector.io/preset"),
     ],
