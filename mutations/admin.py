@@ -3,6 +3,7 @@
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db import connection
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
 from .models import AdmissionAudit
@@ -10,6 +11,8 @@ from .models import AdmissionAudit
 
 class EstimatedCountPaginator(Paginator):
     """Counts a filtered list, but takes PostgreSQL's row estimate for the whole table (no COUNT(*) of millions)."""
+
+    object_list: QuerySet[AdmissionAudit]  # the admin's change list paginates a QuerySet
 
     @cached_property
     def count(self) -> int:

@@ -22,9 +22,10 @@ class StoredJSONField(models.JSONField):
         return super().db_type(connection)
 
     def from_db_value(self, value, expression, connection):
-        # psycopg parses the json type itself (Django registers a text loader for jsonb only).
+        # psycopg parses the json type itself (Django registers a text loader for jsonb only). The
+        # stubs say str for value; Django's json.loads takes bytes as well.
         if value is None or isinstance(value, (str, bytes, bytearray)):
-            return super().from_db_value(value, expression, connection)
+            return super().from_db_value(value, expression, connection)  # type: ignore[arg-type]
         return value
 
 

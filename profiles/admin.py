@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -42,8 +43,28 @@ def _mib(value: int | None) -> str:
     return f"{value} MiB ({value / 1024:.1f} GiB)" if value >= 1024 else f"{value} MiB"
 
 
-class RefusingDeleteMixin:
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from django_stubs_ext import WithAnnotations
+
+    _ModelAdmin = admin.ModelAdmin[Any]  # what the mixin below is mixed into
+
+    class _PresetsCount(TypedDict):  # what gpu_model_list() annotates
+        presets_count: int
+
+    class _PolicyCounts(TypedDict):  # what preset_list() annotates
+        default_for_policies_count: int
+        allowed_in_policies_count: int
+else:
+    _ModelAdmin = object
+
+
+class RefusingDeleteMixin(_ModelAdmin):
     """Deletes go through a service that refuses rows still in use; the admin shows why instead of a 500."""
+
+    def remove(self, obj: Any) -> None:
+        raise NotImplementedError  # each admin deletes through its service
 
     def delete_model(self, request, obj):
         self.remove(obj)
@@ -85,7 +106,7 @@ class GpuModelAdmin(RefusingDeleteMixin, admin.ModelAdmin):
         return _mib(obj.memory_mib)
 
     @admin.display(description="used by presets", ordering="presets_count")
-    def presets_count(self, obj: GpuModel) -> int:
+    def presets_count(self, obj: WithAnnotations[GpuModel, _PresetsCount]) -> int:
         return obj.presets_count
 
     def save_model(self, request, obj, form, change):
@@ -135,11 +156,11 @@ class PresetAdmin(RefusingDeleteMixin, admin.ModelAdmin):
         return f"over {low} up to {high}"
 
     @admin.display(description="default in policies", ordering="default_for_policies_count")
-    def default_for_policies_count(self, obj: Preset) -> int:
+    def default_for_policies_count(self, obj: WithAnnotations[Preset, _PolicyCounts]) -> int:
         return obj.default_for_policies_count
 
     @admin.display(description="allowed in policies", ordering="allowed_in_policies_count")
-    def allowed_in_policies_count(self, obj: Preset) -> int:
+    def allowed_in_policies_count(self, obj: WithAnnotations[Preset, _PolicyCounts]) -> int:
         return obj.allowed_in_policies_count
 
     def save_model(self, request, obj, form, change):

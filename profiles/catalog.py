@@ -73,7 +73,7 @@ def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
     return PolicySpec(
         namespace=row.namespace,
         mode=Mode(row.mode),
-        default_preset=row.default_preset.name if row.default_preset_id else None,
+        default_preset=row.default_preset.name if row.default_preset is not None else None,
         allowed_presets=allowed,
         max_vgpus_per_pod=row.max_vgpus_per_pod,
         max_vgpu_memory_mib=row.max_vgpu_memory_mib,
@@ -120,7 +120,7 @@ class CatalogCache:
             return self._load_first()
         if interval <= 0:
             self._revalidate()
-            return self._catalog
+            return self._catalog or catalog  # or invalidated meanwhile
         return catalog
 
     def invalidate(self) -> None:

@@ -23,8 +23,9 @@ class GpuModelForm(forms.ModelForm):
         model = GpuModel
         fields = ["name", "memory_mib", "match", "description"]
 
+    # ModelForm's private hooks (_post_clean, _get_validation_exclusions) are left out of django-stubs.
     def _post_clean(self):
-        super()._post_clean()
+        super()._post_clean()  # type: ignore[misc]
         _add_problems(self, gpu_model_validate(gpu_model=self.instance))
 
 
@@ -42,10 +43,11 @@ class PresetForm(forms.ModelForm):
         # Making this preset the default moves the default (profiles.services.preset_save): the single-default
         # constraint is checked by the database on save, not against the current default here. The range
         # constraint is checked by preset_validate, whose message names the bounds and the field.
-        return super()._get_validation_exclusions() | {"is_default", "min_model_size_b", "max_model_size_b"}
+        excluded = super()._get_validation_exclusions()  # type: ignore[misc]
+        return excluded | {"is_default", "min_model_size_b", "max_model_size_b"}
 
     def _post_clean(self):
-        super()._post_clean()
+        super()._post_clean()  # type: ignore[misc]
         _add_problems(self, preset_validate(preset=self.instance))
 
 
@@ -59,7 +61,7 @@ class NamespacePolicyForm(forms.ModelForm):
         ]
 
     def _post_clean(self):
-        super()._post_clean()
+        super()._post_clean()  # type: ignore[misc]
         allowed = list(self.cleaned_data.get("allowed_presets") or [])
         _add_problems(self, namespace_policy_validate(policy=self.instance, allowed_presets=allowed))
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from mutations.engine import (
     Catalog,
     Decision,
+    JsonObject,
     MutationContext,
     MutationResult,
     PolicySpec,
@@ -29,12 +30,12 @@ class Preview:
 
     namespace: str
     result: MutationResult
-    patch: list[dict]
+    patch: list[JsonObject]
     policy: PolicySpec
     config_version: int
 
 
-def pod_preview(*, pod: dict, namespace: str, catalog: Catalog | None = None,
+def pod_preview(*, pod: JsonObject, namespace: str, catalog: Catalog | None = None,
                 policy: PolicySpec | None = None) -> Preview:
     """Run the engine on a Pod as /mutate would, without answering or auditing anything."""
     catalog = catalog or catalog_current()
@@ -44,7 +45,7 @@ def pod_preview(*, pod: dict, namespace: str, catalog: Catalog | None = None,
     return Preview(namespace=namespace, result=result, patch=patch, policy=policy, config_version=catalog.version)
 
 
-def preview_answer(preview: Preview) -> dict:
+def preview_answer(preview: Preview) -> JsonObject:
     """A preview as the API, the admin and preview_pod --json report it (POST /api/v1/preview/'s schema)."""
     result = preview.result
     return {

@@ -7,7 +7,7 @@ import difflib
 import yaml
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from mutations.engine import PolicySpec, is_namespace_pattern, select_policy
+from mutations.engine import JsonObject, PolicySpec, is_namespace_pattern, select_policy
 
 from .models import GpuModel, NamespacePolicy, Preset
 
@@ -50,12 +50,13 @@ def preset_users(*, preset: Preset) -> list[str]:
     )
 
 
-def pod_yaml(*, pod: dict) -> str:
+def pod_yaml(*, pod: JsonObject) -> str:
     """A Pod as YAML, keys in their original order (how kubectl users read it)."""
     return yaml.safe_dump(pod, sort_keys=False, default_flow_style=False, width=120)
 
 
-def pod_yaml_diff(*, before: dict, after: dict, before_name: str = "submitted", after_name: str = "admitted") -> str:
+def pod_yaml_diff(*, before: JsonObject, after: JsonObject, before_name: str = "submitted",
+                  after_name: str = "admitted") -> str:
     """A unified diff of two Pods as YAML; empty when they are equal."""
     return "".join(difflib.unified_diff(
         pod_yaml(pod=before).splitlines(keepends=True), pod_yaml(pod=after).splitlines(keepends=True),

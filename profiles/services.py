@@ -10,6 +10,8 @@ from django.db import transaction
 from django.db.models import F
 from rest_framework.authtoken.models import Token
 
+from mutations.engine import JsonObject
+
 from .models import ConfigVersion, GpuModel, NamespacePolicy, Preset
 from .selectors import preset_users
 
@@ -106,7 +108,7 @@ def api_token_issue(*, username: str, rotate: bool = False) -> tuple[Token, bool
     return token, created
 
 
-def pod_document_parse(*, text: str | bytes) -> dict:
+def pod_document_parse(*, text: str | bytes) -> JsonObject:
     """One Pod from YAML or JSON text (a manifest as `kubectl apply -f` takes it); raise PodDocumentError."""
     if isinstance(text, bytes):
         try:
@@ -122,7 +124,7 @@ def pod_document_parse(*, text: str | bytes) -> dict:
     return pod_document_check(document=documents[0])
 
 
-def pod_document_check(*, document: object) -> dict:
+def pod_document_check(*, document: object) -> JsonObject:
     """The document if it is a Pod object (kind Pod or no kind); raise PodDocumentError saying what is wrong."""
     if not isinstance(document, dict):
         raise PodDocumentError(f"expected a Pod object, got {type(document).__name__}")
@@ -136,6 +138,7 @@ def pod_document_check(*, document: object) -> dict:
         raise PodDocumentError("the Pod has no spec")
     # YAML allows keys and values JSON has no form for (dates, non-string keys): the API server would not.
     try:
-        return json.loads(json.dumps(document))
+        copied: JsonObject = json.loads(json.dumps(document))
+        return copied
     except (TypeError, ValueError) as exc:
         raise PodDocumentError(f"the Pod holds a value JSON cannot carry: {exc}") from exc

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
+from typing import Any, TypeAlias
 
 import orjson
 from django.db.models import BooleanField, JSONField
@@ -18,6 +19,9 @@ from django.db.models import BooleanField, JSONField
 from ..models import AdmissionAudit
 
 HEADER_PREFIX = b"#volcano-injector audit rows, PostgreSQL COPY text format, columns: "
+
+# One audit row: AdmissionAudit field names to values (strings, numbers, JSON values).
+AuditRecord: TypeAlias = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ _COPY_UNESCAPE = re.compile(r"\\(.)")
 _COPY_UNESCAPES = {"t": "\t", "n": "\n", "r": "\r"}
 
 
-def _json_default(value):
+def _json_default(value: object) -> object:
     if isinstance(value, (datetime, date)):
         return value.isoformat()
     if isinstance(value, Decimal):
@@ -80,7 +84,7 @@ def _json_default(value):
     return str(value)
 
 
-def _json_text(value) -> str:
+def _json_text(value: object) -> str:
     """Compact JSON that jsonb accepts (no NUL), escaped for COPY (JSON has no raw tab or newline)."""
     try:
         data = orjson.dumps(value, default=_json_default)
@@ -93,7 +97,7 @@ def _json_text(value) -> str:
     return text.replace("\\", "\\\\")
 
 
-def field_text(column: Column, value) -> str:
+def field_text(column: Column, value: object) -> str:
     if value is None:
         return "\\N"
     kind = column.kind
@@ -110,7 +114,7 @@ def field_text(column: Column, value) -> str:
     return text.translate(_COPY_ESCAPES) if _COPY_SPECIAL.search(text) else text
 
 
-def row_encode(record: dict) -> bytes:
+def row_encode(record: AuditRecord) -> bytes:
     """One COPY text line for HEADER's columns: strings cut to their column, no NUL, valid UTF-8.
 
     A field missing from the record takes the model field's default. Lone surrogates (legal in
@@ -120,12 +124,12 @@ def row_encode(record: dict) -> bytes:
     return ("\t".join(fields) + "\n").encode("utf-8", "replace")
 
 
-def row_decode(columns: tuple[str, ...], line: bytes) -> dict:
+def row_decode(columns: tuple[str, ...], line: bytes) -> AuditRecord:
     """The record a COPY text line holds (for the ORM path and for reading set-aside rows)."""
     values = line.rstrip(b"\n").decode("utf-8").split("\t")
     if len(values) != len(columns):
         raise ValueError(f"{len(values)} fields for {len(columns)} columns")
-    record = {}
+    record: AuditRecord = {}
     for name, raw in zip(columns, values, strict=True):
         if raw == "\\N":
             record[name] = None
@@ -136,7 +140,7 @@ def row_decode(columns: tuple[str, ...], line: bytes) -> dict:
     return record
 
 
-def _without_nul(value):
+def _without_nul(value: object) -> object:
     if isinstance(value, str):
         return value.replace("\x00", "")
     if isinstance(value, list):

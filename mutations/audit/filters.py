@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_filters
 from django import forms
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from ..engine import Decision
 from ..models import AdmissionAudit
@@ -33,7 +33,8 @@ class AuditFilter(django_filters.FilterSet):
         model = AdmissionAudit
         fields: list[str] = []
 
-    def filter_pod_name(self, queryset, name, value):
+    def filter_pod_name(self, queryset: QuerySet[AdmissionAudit], name: str,
+                        value: str) -> QuerySet[AdmissionAudit]:
         # Pod names are lowercase DNS names: a case-sensitive LIKE on the lowered term finds every
         # spelling and can use the trigram indexes (an UPPER(...) LIKE could not).
         term = value.strip().lower()

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 from ..metrics import AUDIT_ROWS_WRITTEN
 from ..models import AdmissionAudit
 from .encoding import KINDS, TABLE, row_decode
 
+if TYPE_CHECKING:  # psycopg is imported where it is used: the SQLite fallback runs without a connection
+    import psycopg
+
 logger = logging.getLogger("volcano_injector.audit")
 
 
-def copy_rows(cursor, columns: tuple[str, ...], lines: list[bytes]) -> int:
+def copy_rows(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple[str, ...], lines: list[bytes]) -> int:
     """Write COPY lines inside the caller's transaction; returns the rows added (replays are not).
 
     COPY cannot skip a row that is already there, and replays are rare (a batch re-sent after a crash
@@ -53,7 +59,8 @@ def _is_data_error(exc: BaseException) -> bool:
     return isinstance(cause, (psycopg.DataError, psycopg.IntegrityError))
 
 
-def _insert_with_fallback(lines: list[bytes], insert_one_batch) -> tuple[int, list[bytes]]:
+def _insert_with_fallback(lines: list[bytes],
+                          insert_one_batch: Callable[[list[bytes]], int]) -> tuple[int, list[bytes]]:
     """Insert a batch; if the data (not the connection) is refused, insert line by line and set aside the bad ones."""
     try:
         return insert_one_batch(lines), []
@@ -109,9 +116,9 @@ class PsycopgInserter:
     """The writer thread's own PostgreSQL connection (not Django's, which belongs to request threads)."""
 
     def __init__(self) -> None:
-        self._connection = None
+        self._connection: psycopg.Connection[Any] | None = None
 
-    def _connect(self):
+    def _connect(self) -> psycopg.Connection[Any]:
         import psycopg
 
         db = settings.DATABASES["default"]

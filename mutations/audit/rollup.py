@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from datetime import datetime
 
 from django.db import DatabaseError, connection, models, transaction
 
@@ -140,8 +141,9 @@ def audit_rows_delete(*, ids: list[int]) -> int:
             [list(ids)],
         )
         gone = cursor.fetchall()
-        admissions: Counter = Counter()
-        memory: Counter = Counter()
+        # (hour, decision, namespace, preset_name): a row of the rollup
+        admissions: Counter[tuple[datetime, str, str, str]] = Counter()
+        memory: Counter[tuple[datetime, str, str, str]] = Counter()
         for audit_id, *key, mib in gone:
             if audit_id <= mark:
                 admissions[tuple(key)] += 1

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
@@ -41,7 +42,7 @@ class FilterError(ValueError):
         self.errors = errors
 
 
-def audit_list(*, filters: Mapping[str, str] | None = None) -> QuerySet[AdmissionAudit]:
+def audit_list(*, filters: dict[str, str] | None = None) -> QuerySet[AdmissionAudit]:
     """Audit rows matching the history filters (namespace, decision, preset, user, since, until, q)."""
     filterset = AuditFilter(filters or {}, queryset=AdmissionAudit.objects.all())
     if not filterset.is_valid():
@@ -75,7 +76,7 @@ def _order(field_name: str, *, descending: bool) -> list[str]:
     return [f"-{field_name}", "-id"] if descending else [field_name, "id"]
 
 
-def audit_page(*, filters: Mapping[str, str] | None = None, sort: str = DEFAULT_SORT, after: str | None = None,
+def audit_page(*, filters: dict[str, str] | None = None, sort: str = DEFAULT_SORT, after: str | None = None,
                before: str | None = None, size: int | None = None) -> AuditPage:
     """A page of filtered history in `sort` order, after or before a cursor: n+1 rows fetched, nothing counted."""
     size = size or PAGE_SIZE
@@ -84,7 +85,8 @@ def audit_page(*, filters: Mapping[str, str] | None = None, sort: str = DEFAULT_
     descending = sort.startswith("-")
     queryset = audit_list(filters=filters).only(*LIST_FIELDS)
     backwards = bool(before) and not after
-    cursor = _cursor_decode(before if backwards else after, field_name) if (after or before) else None
+    token = before if backwards else after
+    cursor = _cursor_decode(token, field_name) if token else None
     # Walking backwards is walking forwards in the opposite order, then turning the page around.
     walk_descending = descending != backwards
     if cursor is not None:
@@ -115,9 +117,10 @@ def cursor_encode(row: AdmissionAudit, field_name: str) -> str:
     return base64.urlsafe_b64encode(json.dumps([text, row.id]).encode()).decode().rstrip("=")
 
 
-def _cursor_decode(cursor: str, field_name: str):
+def _cursor_decode(cursor: str, field_name: str) -> tuple[datetime | float | int, int]:
     try:
         text, last_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        value: datetime | float | int
         if field_name == "created_at":
             value = datetime.fromisoformat(text)
         elif field_name == "duration_ms":
@@ -129,7 +132,7 @@ def _cursor_decode(cursor: str, field_name: str):
         raise FilterError({"cursor": ["is not a cursor from this page; start again from the first page"]}) from exc
 
 
-def audit_export_rows(*, filters: Mapping[str, str] | None = None, sort: str = DEFAULT_SORT,
+def audit_export_rows(*, filters: dict[str, str] | None = None, sort: str = DEFAULT_SORT,
                       limit: int) -> Iterator[AdmissionAudit]:
     """Filtered history in `sort` order (the history page's), at most `limit` rows, from a server-side cursor."""
     order = _order(_sort_checked(sort).lstrip("-"), descending=sort.startswith("-"))
@@ -162,8 +165,8 @@ class Overview:
     # per bucket: MiB granted by mutated admissions
     memory_mib: list[int]
     totals: dict[str, int]
-    top_namespaces: list[dict]
-    top_presets: list[dict]
+    top_namespaces: list[dict[str, Any]]
+    top_presets: list[dict[str, Any]]
     recent_problems: list[AdmissionAudit] = field(default_factory=list)
 
     @property
@@ -200,8 +203,8 @@ def audit_overview(*, window: str = DEFAULT_WINDOW, now: datetime | None = None)
         totals[row["decision"]] = totals.get(row["decision"], 0) + int(row["n"])
         if row["decision"] == Decision.MUTATED.value:
             memory[i] += int(row["mib"] or 0)
-    namespaces: dict[str, dict] = {}
-    presets: dict[str, dict] = {}
+    namespaces: dict[str, dict[str, Any]] = {}
+    presets: dict[str, dict[str, Any]] = {}
     for row in by_name:
         mutated = row["decision"] == Decision.MUTATED.value
         entry = namespaces.setdefault(row["namespace"],
@@ -224,7 +227,8 @@ def audit_overview(*, window: str = DEFAULT_WINDOW, now: datetime | None = None)
                     recent_problems=recent_problems)
 
 
-def _window_counts(recent: QuerySet[AdmissionAudit], *, since: datetime, until: datetime, trunc) -> tuple[list, list]:
+def _window_counts(recent: QuerySet[AdmissionAudit], *, since: datetime, until: datetime,
+                   trunc: type[TruncHour | TruncDay]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The window's admissions and MiB per (bucket, decision) and per (namespace, preset, decision).
 
     Rows up to the rollup's mark come from the hourly rollup (mutations/audit/rollup.py), the rest from
@@ -242,8 +246,12 @@ def _window_counts(recent: QuerySet[AdmissionAudit], *, since: datetime, until: 
     return _window_counts_from(recent, mark=None, since=since, until=until, trunc=trunc)
 
 
-def _window_counts_from(recent, *, mark: int | None, since: datetime, until: datetime, trunc) -> tuple[list, list]:
+def _window_counts_from(recent: QuerySet[AdmissionAudit], *, mark: int | None, since: datetime, until: datetime,
+                        trunc: type[TruncHour | TruncDay]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     live = recent if mark is None else recent.filter(id__gt=mark)
+    # Rows as dicts, of the audit table's model and then maybe united with the rollup's.
+    by_bucket: QuerySet[Any, dict[str, Any]]
+    by_name: QuerySet[Any, dict[str, Any]]
     by_bucket = (live.annotate(bucket=trunc("created_at", tzinfo=UTC)).values("bucket", "decision")
                  .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
     by_name = (live.values("namespace", "preset_name", "decision")

@@ -16,15 +16,19 @@ import mmap
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 
 from ..metrics import AUDIT_ROWS_REJECTED
-from .encoding import COLUMNS, HEADER, HEADER_PREFIX, header_line, row_decode, row_encode
+from .encoding import COLUMNS, HEADER, HEADER_PREFIX, AuditRecord, header_line, row_decode, row_encode
 
 logger = logging.getLogger("volcano_injector.audit")
+
+# Writes one batch of COPY lines for `columns` in one transaction: (rows inserted, lines refused as data).
+Inserter = Callable[[tuple[str, ...], list[bytes]], tuple[int, list[bytes]]]
 
 SEGMENT_SUFFIX = ".copy"  # a header line naming the columns, then one COPY text line per row
 # Segments written by versions before the COPY format: one JSON object per line. Still read (and
@@ -58,6 +62,7 @@ class Segment:
     rows: int = 0  # rows, not counting the header line
     adopted: bool = False
     map: mmap.mmap | None = None  # the shared mapping requests copy rows into (own, open segments)
+    size: int = 0  # bytes reserved and mapped (own, open segments)
     used: int = 0  # bytes of rows in the mapping
 
 
@@ -75,17 +80,17 @@ class Spool:
     pending: list[Segment] = field(default_factory=list)  # sealed or adopted, oldest first
     spare: Segment | None = None  # opened and pre-faulted by the writer thread, taken by the next append
     last_cycle_bytes: int = 0  # row bytes sealed by the last seal(), to size the spare
-    sequence: itertools.count = field(default_factory=lambda: itertools.count(1))
-    _line_counts: dict = field(default_factory=dict)
+    sequence: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _line_counts: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
 
     def append(self, line: bytes) -> None:
         with self.lock:
             segment = self.active
-            if segment is None or segment.used + len(line) > len(segment.map):
+            if segment is None or segment.used + len(line) > segment.size:
                 if segment is not None:
                     self.full.append(segment)
                 spare = self.spare
-                if spare is not None and spare.used + len(line) <= len(spare.map):
+                if spare is not None and spare.used + len(line) <= spare.size:
                     self.spare = None
                     segment = spare
                 else:
@@ -94,7 +99,9 @@ class Spool:
             # A copy into the file's shared mapping: once it is done the line is in the page cache,
             # which outlives this process (a SIGKILL included). The space was reserved when the
             # segment was opened, so a full disk fails there (OSError), never here.
-            segment.map[segment.used:segment.used + len(line)] = line
+            mapping = segment.map
+            assert mapping is not None  # active segments stay mapped until seal() takes them
+            mapping[segment.used:segment.used + len(line)] = line
             segment.used += len(line)
             segment.rows += 1
 
@@ -116,7 +123,8 @@ class Spool:
         with self.lock:
             spare, self.spare = self.spare, None
         if spare is not None:
-            spare.map.close()
+            if spare.map is not None:
+                spare.map.close()
             os.unlink(spare.path)
             os.close(spare.fd)
 
@@ -140,7 +148,7 @@ class Spool:
         mapping[:len(HEADER)] = HEADER
         path = self.directory / f"{name}{SEGMENT_SUFFIX}"
         os.rename(temporary, path)
-        return Segment(path=path, fd=fd, map=mapping, used=len(HEADER))
+        return Segment(path=path, fd=fd, map=mapping, size=size, used=len(HEADER))
 
     def seal(self) -> None:
         """Move the active and filled segments to pending (requests start a new one), cut each back to
@@ -152,8 +160,9 @@ class Spool:
                 self.active = None
         self.last_cycle_bytes = sum(segment.used - len(HEADER) for segment in sealed)
         for segment in sealed:
-            segment.map.close()  # no request writes to it any more: it left `active` under the lock
-            segment.map = None
+            if segment.map is not None:  # no request writes to it any more: it left `active` under the lock
+                segment.map.close()
+                segment.map = None
             os.ftruncate(segment.fd, segment.used)
             os.fdatasync(segment.fd)
             self.pending.append(segment)
@@ -193,7 +202,7 @@ class Spool:
             logger.info("adopted audit spool segments of ended processes", extra={"segments": adopted})
         return adopted
 
-    def drain(self, insert, *, deadline: float | None = None, adopt: bool = False) -> int:
+    def drain(self, insert: Inserter, *, deadline: float | None = None, adopt: bool = False) -> int:
         """Seal, optionally adopt, and insert every pending segment; call with drain_lock held.
 
         `insert(columns, lines) -> (inserted, rejected_lines)` writes one batch in one transaction. A
@@ -270,7 +279,7 @@ def segment_read(segment: Segment) -> tuple[tuple[str, ...], list[bytes]]:
         # admission got no response (the API server retries it with the same uid).
         logger.warning("dropping an unfinished audit line", extra={"segment": segment.path.name})
     lines = [line + b"\n" for line in lines[:-1] if line]
-    unreadable = []
+    unreadable: list[bytes] = []
     if segment.path.name.endswith(LEGACY_SUFFIX):
         lines, unreadable = _reencoded(lines, _json_record)
         if unreadable:
@@ -286,7 +295,7 @@ def segment_read(segment: Segment) -> tuple[tuple[str, ...], list[bytes]]:
     return columns, lines
 
 
-def _json_record(line: bytes) -> dict:
+def _json_record(line: bytes) -> AuditRecord:
     """A row spooled as a JSON object by an earlier version."""
     record = json.loads(line)
     if not isinstance(record, dict):
@@ -294,9 +303,10 @@ def _json_record(line: bytes) -> dict:
     return record
 
 
-def _reencoded(lines: list[bytes], parse) -> tuple[list[bytes], list[bytes]]:
+def _reencoded(lines: list[bytes], parse: Callable[[bytes], AuditRecord]) -> tuple[list[bytes], list[bytes]]:
     """Lines as COPY lines for today's columns, and those `parse` refuses (ValueError)."""
-    converted, unreadable = [], []
+    converted: list[bytes] = []
+    unreadable: list[bytes] = []
     for line in lines:
         try:
             converted.append(row_encode(parse(line)))

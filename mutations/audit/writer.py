@@ -17,14 +17,14 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from ..metrics import AUDIT_BACKLOG, AUDIT_SPOOL_FAILURES, AUDIT_WRITE_FAILURES
-from .encoding import COLUMNS, row_encode
+from .encoding import COLUMNS, AuditRecord, row_encode
 from .inserters import PsycopgInserter, insert_lines_django, orm_inserter
 from .spool import Spool, spool_current
 
 logger = logging.getLogger("volcano_injector.audit")
 
 
-def audit_record_submit(*, record: dict) -> None:
+def audit_record_submit(*, record: AuditRecord) -> None:
     """Hand one audit row (a dict of AdmissionAudit fields) to the writer: spooled before this returns."""
     line = row_encode(record)
     try:
@@ -76,7 +76,7 @@ class AuditWriter:
         self.last_warning = 0.0
         self.failing_since: float | None = None
 
-    def _insert(self):
+    def _insert(self) -> PsycopgInserter | None:
         if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             return PsycopgInserter()
         return None

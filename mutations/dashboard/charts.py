@@ -93,7 +93,7 @@ def stacked_bars(*, buckets: list[datetime], counts: list[dict[str, int]], bucke
     parts += _axes(ticks, plot_w, plot_h, "admissions")
     for i, (moment, by_decision) in enumerate(zip(buckets, counts, strict=True)):
         x = LEFT + i * slot + (slot - bar_w) / 2
-        y = TOP + plot_h
+        y: float = TOP + plot_h
         for decision in DECISION_ORDER:
             value = by_decision.get(decision, 0)
             if not value:

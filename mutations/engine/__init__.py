@@ -18,6 +18,7 @@ from .specs import (
     ContainerGrant,
     Decision,
     GpuModelSpec,
+    JsonObject,
     Mode,
     MutationContext,
     MutationResult,
@@ -31,8 +32,8 @@ from .specs import (
 
 __all__ = [
     "ANN_PRESET", "ANN_SKIP", "BUILTIN_POLICY", "GPU_RESOURCE",
-    "AdmissionRequest", "BadReview", "Catalog", "ContainerGrant", "Decision", "Denial", "GpuModelSpec", "Mode",
-    "MutationContext", "MutationResult", "PolicySpec", "PresetSpec", "QuantityError", "ResourceDefaults",
+    "AdmissionRequest", "BadReview", "Catalog", "ContainerGrant", "Decision", "Denial", "GpuModelSpec", "JsonObject",
+    "Mode", "MutationContext", "MutationResult", "PolicySpec", "PresetSpec", "QuantityError", "ResourceDefaults",
     "SchedulerScope",
     "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch", "mutate_pod",
     "parse_quantity", "parse_review", "review_response", "select_policy",

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from .specs import JsonObject
+
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 # kubectl prints each warning on a line; the API server truncates long ones. Keep them short.
@@ -34,7 +36,7 @@ class AdmissionRequest:
     username: str
     dry_run: bool
     object: object
-    raw: dict
+    raw: JsonObject
 
     @property
     def is_pod(self) -> bool:
@@ -80,7 +82,7 @@ def parse_review(body: object) -> AdmissionRequest:
     return AdmissionRequest(uid, operation, kind["kind"], namespace, name, username[:256], dry_run, obj, request)
 
 
-def _optional_string(request: dict, key: str) -> str:
+def _optional_string(request: JsonObject, key: str) -> str:
     value = request.get(key)
     if value is None:
         return ""
@@ -89,7 +91,7 @@ def _optional_string(request: dict, key: str) -> str:
     return value[:253]
 
 
-def encode_patch(ops: list[dict]) -> str:
+def encode_patch(ops: list[JsonObject]) -> str:
     """The patch as the API server wants it: base64 of its JSON text."""
     try:
         text = orjson.dumps(ops)  # about 5 times faster than json.dumps for a Pod's patch
@@ -102,18 +104,18 @@ def review_response(
     uid: str,
     *,
     allowed: bool,
-    patch: list[dict] | None = None,
+    patch: list[JsonObject] | None = None,
     message: str | None = None,
     code: int | None = None,
     warnings: tuple[str, ...] | list[str] = (),
-) -> dict:
+) -> JsonObject:
     """An AdmissionReview response for `uid`; a patch only with patchType, a status only with a message."""
-    response: dict = {"uid": uid, "allowed": allowed}
+    response: JsonObject = {"uid": uid, "allowed": allowed}
     if patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = encode_patch(patch)
     if message is not None or code is not None:
-        status: dict = {}
+        status: JsonObject = {}
         if code is not None:
             status["code"] = code
         if message is not None:

@@ -9,7 +9,7 @@ import re
 
 from .denial import Denial
 from .quantity import QuantityError, bytes_to_mib_ceil, parse_quantity
-from .specs import ANNOTATION_PREFIX
+from .specs import ANNOTATION_PREFIX, JsonObject
 
 # Pod annotations users write (all under volcano-injector.io/).
 ANN_SKIP = ANNOTATION_PREFIX + "skip"
@@ -39,7 +39,7 @@ def is_true(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower() == "true"
 
 
-def annotation_read(annotations: dict, key: str) -> str | None:
+def annotation_read(annotations: JsonObject, key: str) -> str | None:
     """An annotation's value without surrounding spaces; None when absent; Denial when not a string."""
     value = annotations.get(key)
     if value is None:

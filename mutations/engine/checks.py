@@ -5,7 +5,7 @@ from __future__ import annotations
 from .denial import Denial
 from .pod import Container, resource_map
 from .quantity import QuantityError, parse_quantity
-from .specs import VGPU_CORES, VGPU_MEMORY, VGPU_NUMBER, PolicySpec
+from .specs import VGPU_CORES, VGPU_MEMORY, VGPU_NUMBER, JsonObject, PolicySpec
 
 
 def privileged_check(*, containers: list[Container], policy: PolicySpec) -> None:
@@ -70,7 +70,7 @@ def _plain_mib(container: Container, value: object) -> int:
     return int(text)
 
 
-def _whole(container: Container, limits: dict, key: str) -> int:
+def _whole(container: Container, limits: JsonObject, key: str) -> int:
     field = f"{container.path}.resources.limits[{key}]"
     try:
         value = parse_quantity(limits[key])

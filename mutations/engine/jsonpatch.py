@@ -7,6 +7,8 @@ because every operation is computed against the original document.
 
 from __future__ import annotations
 
+from .specs import JsonObject
+
 
 def escape(token: str) -> str:
     """A JSON Pointer reference token: `~` becomes `~0` and `/` becomes `~1` (RFC 6901)."""
@@ -22,17 +24,17 @@ def unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
-def make_patch(source: object, target: object) -> list[dict]:
+def make_patch(source: object, target: object) -> list[JsonObject]:
     """Operations that turn `source` into `target`."""
-    ops: list[dict] = []
+    ops: list[JsonObject] = []
     _diff(source, target, "", ops)
     return ops
 
 
-def _diff(source: object, target: object, path: str, ops: list[dict]) -> None:
+def _diff(source: object, target: object, path: str, ops: list[JsonObject]) -> None:
     if source is target:  # the engine shares unchanged subtrees with the original: nothing to walk
         return
-    if type(source) is type(target) and isinstance(source, dict):
+    if type(source) is type(target) and isinstance(source, dict) and isinstance(target, dict):
         for key in source:
             if key not in target:
                 ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
@@ -42,7 +44,8 @@ def _diff(source: object, target: object, path: str, ops: list[dict]) -> None:
             elif source[key] is not value:
                 _diff(source[key], value, f"{path}/{escape(key)}", ops)
         return
-    if type(source) is type(target) and isinstance(source, list) and len(source) == len(target):
+    if (type(source) is type(target) and isinstance(source, list) and isinstance(target, list)
+            and len(source) == len(target)):
         for index, (old, new) in enumerate(zip(source, target, strict=True)):
             _diff(old, new, f"{path}/{index}", ops)
         return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from typing import TypeVar
 
 from .annotations import (
     ANN_APPLIED_POLICY,
@@ -38,14 +39,16 @@ from .specs import (
     VGPU_NUMBER,
     ContainerGrant,
     Decision,
+    JsonObject,
     Mode,
     MutationContext,
     MutationResult,
     SchedulerScope,
 )
 
+_Fallback = TypeVar("_Fallback", bound="int | None")
 
-def mutate_pod(pod: dict, ctx: MutationContext) -> MutationResult:
+def mutate_pod(pod: JsonObject, ctx: MutationContext) -> MutationResult:
     """Decide what the Pod becomes under the namespace's policy; never edits `pod`."""
     policy = ctx.policy
     if not isinstance(pod, dict):
@@ -81,7 +84,7 @@ def _denied(pod: object, ctx: MutationContext, denial: Denial) -> MutationResult
 
 
 class _Mutation:
-    def __init__(self, original: dict, ctx: MutationContext, annotations: dict):
+    def __init__(self, original: JsonObject, ctx: MutationContext, annotations: JsonObject):
         self.original = original
         self.pod = working_copy(original)
         self.ctx = ctx
@@ -122,21 +125,21 @@ class _Mutation:
     def _result(self, sizing: Sizing | None) -> MutationResult:
         preset = sizing.preset.name if sizing and sizing.preset else None
         source = sizing.source if sizing else None
-        common = dict(
-            policy=self.policy.namespace, preset=preset, source=source,
-            grants=tuple(self.grants), warnings=tuple(self.warnings),
-        )
+        def answer(decision: Decision, pod: JsonObject, reason: str) -> MutationResult:
+            return MutationResult(decision, pod, reason, policy=self.policy.namespace, preset=preset, source=source,
+                                  grants=tuple(self.grants), warnings=tuple(self.warnings))
+
         if self.pod == self.original:
             reason = "already converted" if has_vgpu(self.original) else "no GPU request"
-            return MutationResult(Decision.UNCHANGED, self.original, reason, **common)
+            return answer(Decision.UNCHANGED, self.original, reason)
         if self.grants:
             total = sum(g.vgpu_number for g in self.grants)
             reason = f"converted {total} GPU(s) to vGPUs ({source})"
         else:
             reason = "set scheduler and resource defaults"
         if self.policy.mode is Mode.AUDIT_ONLY:
-            return MutationResult(Decision.AUDIT_ONLY, self.pod, f"would apply: {reason}", **common)
-        return MutationResult(Decision.MUTATED, self.pod, reason, **common)
+            return answer(Decision.AUDIT_ONLY, self.pod, f"would apply: {reason}")
+        return answer(Decision.MUTATED, self.pod, reason)
 
 
     # --- converting containers -------------------------------------------------------------
@@ -181,7 +184,7 @@ class _Mutation:
             f"{number} vGPU(s) of {granted_memory} MiB{cores_text} ({sizing.source})"
         )
 
-    def _gpu_count(self, container: Container, limits: dict, requests: dict) -> Decimal:
+    def _gpu_count(self, container: Container, limits: JsonObject, requests: JsonObject) -> Decimal:
         values = {}
         for part, source in (("limits", limits), ("requests", requests)):
             if GPU_RESOURCE in source:
@@ -198,7 +201,7 @@ class _Mutation:
                 f"container {container.name!r}: {GPU_RESOURCE} request {requests[GPU_RESOURCE]!r} must equal its "
                 f"limit {limits[GPU_RESOURCE]!r}",
             )
-        return values.get("limits", values.get("requests"))
+        return values["limits"] if "limits" in values else values["requests"]  # the caller saw one of them
 
     def _grant(self, container: Container, count: Decimal, sizing: Sizing) -> tuple[int, int, int | None]:
         field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
@@ -228,7 +231,7 @@ class _Mutation:
 
 
     # --- scheduler and annotations -------------------------------------------------------------
-    def _set_scheduler(self, spec: dict) -> None:
+    def _set_scheduler(self, spec: JsonObject) -> None:
         wanted = self.policy.scheduler_name
         current = spec.get("schedulerName")
         if not wanted or current == wanted:
@@ -264,7 +267,7 @@ class _Mutation:
 
 
 
-def _int_or(value: object, fallback: int | None) -> int | None:
+def _int_or(value: object, fallback: _Fallback) -> int | _Fallback:
     try:
         return int(str(value))
     except (TypeError, ValueError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .denial import Denial
-from .specs import GPU_RESOURCE, VGPU_NUMBER
+from .specs import GPU_RESOURCE, VGPU_NUMBER, JsonObject
 
 CONTAINER_LISTS = (("containers", False), ("initContainers", True))
 
@@ -17,10 +17,10 @@ class Container:
     path: str  # e.g. spec.containers[0]
     name: str
     init: bool
-    body: dict
+    body: JsonObject
 
 
-def containers_read(spec: dict) -> list[Container]:
+def containers_read(spec: JsonObject) -> list[Container]:
     """Every container and init container, checked to have the shape the engine writes into."""
     found = []
     for key, init in CONTAINER_LISTS:
@@ -33,7 +33,9 @@ def containers_read(spec: dict) -> list[Container]:
             path = f"spec.{key}[{index}]"
             if not isinstance(body, dict):
                 raise Denial(path, f"{path} must be an object")
-            name = body.get("name") if isinstance(body.get("name"), str) else f"#{index}"
+            name = body.get("name")
+            if not isinstance(name, str):
+                name = f"#{index}"
             resources = body.get("resources")
             if resources is not None and not isinstance(resources, dict):
                 raise Denial(f"{path}.resources", f"{path}.resources must be an object")
@@ -45,7 +47,7 @@ def containers_read(spec: dict) -> list[Container]:
     return found
 
 
-def resource_map(container: Container, part: str) -> dict:
+def resource_map(container: Container, part: str) -> JsonObject:
     """The container's `limits` or `requests` (empty when absent)."""
     return (container.body.get("resources") or {}).get(part) or {}
 
@@ -54,7 +56,7 @@ def asks_for_gpu(container: Container) -> bool:
     return GPU_RESOURCE in resource_map(container, "limits") or GPU_RESOURCE in resource_map(container, "requests")
 
 
-def has_vgpu(pod: dict) -> bool:
+def has_vgpu(pod: JsonObject) -> bool:
     """Whether any container already asks for Volcano vGPUs (a Pod converted before)."""
     spec = pod.get("spec") or {}
     for key, _ in CONTAINER_LISTS:
@@ -64,7 +66,7 @@ def has_vgpu(pod: dict) -> bool:
     return False
 
 
-def resources_store(resources: dict, limits: dict, requests: dict | None) -> None:
+def resources_store(resources: JsonObject, limits: JsonObject, requests: JsonObject | None) -> None:
     """Put limits and requests back; the API server omits empty maps, so do we (re-invocation sees the same)."""
     for key, value in (("limits", limits), ("requests", requests)):
         if value:
@@ -73,7 +75,7 @@ def resources_store(resources: dict, limits: dict, requests: dict | None) -> Non
             resources.pop(key, None)
 
 
-def working_copy(pod: dict) -> dict:
+def working_copy(pod: JsonObject) -> JsonObject:
     """A copy of the Pod deep enough for every place the engine writes (metadata.annotations,
     spec.schedulerName, each container's resources); everything else is shared with the input.
 

@@ -26,7 +26,7 @@ from .annotations import (
     vgpu_memory_parse,
 )
 from .denial import Denial
-from .specs import Catalog, GpuModelSpec, PolicySpec, PresetSpec, ResourceDefaults
+from .specs import Catalog, GpuModelSpec, JsonObject, PolicySpec, PresetSpec, ResourceDefaults
 
 # Bytes per parameter by weight dtype (the GPUStack estimate: README, "Sizing GPU memory for a model").
 DTYPE_BYTES = {
@@ -61,13 +61,13 @@ def estimate_model_vram_mib(size_b: float, bytes_per_parameter: float) -> int:
     return int(math.ceil(need_mib / ESTIMATE_STEP_MIB) * ESTIMATE_STEP_MIB)
 
 
-def sizing_decide(*, annotations: dict, policy: PolicySpec, catalog: Catalog, warnings: list[str]) -> Sizing:
+def sizing_decide(*, annotations: JsonObject, policy: PolicySpec, catalog: Catalog, warnings: list[str]) -> Sizing:
     """The size every converted container of the Pod gets; appends what the user should know to `warnings`."""
     return _Decider(annotations, policy, catalog, warnings).decide()
 
 
 class _Decider:
-    def __init__(self, annotations: dict, policy: PolicySpec, catalog: Catalog, warnings: list[str]):
+    def __init__(self, annotations: JsonObject, policy: PolicySpec, catalog: Catalog, warnings: list[str]):
         self.annotations = annotations
         self.policy = policy
         self.catalog = catalog

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import Any, TypeAlias
 
 ANNOTATION_PREFIX = "volcano-injector.io/"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -17,6 +18,9 @@ VGPU_MEMORY = "volcano.sh/vgpu-memory"
 VGPU_CORES = "volcano.sh/vgpu-cores"
 VOLCANO_RESOURCES = (VGPU_NUMBER, VGPU_MEMORY, VGPU_CORES)
 USE_GPUTYPE = "nvidia.com/use-gputype"
+
+# A JSON object as the API server sends it: a Pod, an AdmissionReview, or a part of one.
+JsonObject: TypeAlias = dict[str, Any]
 
 
 class Mode(str, enum.Enum):
@@ -188,7 +192,7 @@ class ContainerGrant:
     vgpu_memory_mib: int
     vgpu_cores_percent: int | None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {
             "container": self.container,
             "init": self.init,
@@ -204,7 +208,7 @@ class MutationResult:
     """The engine's answer: the Pod it would admit, the decision, and why."""
 
     decision: Decision
-    pod: dict
+    pod: JsonObject
     reason: str
     policy: str
     preset: str | None = None

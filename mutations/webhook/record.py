@@ -9,11 +9,11 @@ from django.conf import settings
 
 from profiles.preview import Preview
 
-from ..engine import GPU_RESOURCE, AdmissionRequest, Decision, QuantityError, parse_quantity
+from ..engine import GPU_RESOURCE, AdmissionRequest, Decision, JsonObject, QuantityError, parse_quantity
 
 
 def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, decision: Decision, reason: str,
-                       field: str, duration: float) -> dict:
+                       field: str, duration: float) -> JsonObject:
     """The AdmissionAudit fields for one answered admission (strings and numbers, ready to spool)."""
     metadata = pod_metadata(request)
     owner_kind, owner_name = _owner(metadata)
@@ -50,10 +50,12 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
     }
 
 
-def _resources_before(request: AdmissionRequest) -> list[dict]:
+def _resources_before(request: AdmissionRequest) -> list[JsonObject]:
     """Each container's resources as the Pod arrived, for the audit's before/after view (small: no images, env)."""
     pod = request.object if isinstance(request.object, dict) else {}
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        spec = {}
     before = []
     for key, init in (("containers", False), ("initContainers", True)):
         containers = spec.get(key)
@@ -65,7 +67,7 @@ def _resources_before(request: AdmissionRequest) -> list[dict]:
     return before
 
 
-def _gpus_asked(resources_before: list[dict]) -> Decimal:
+def _gpus_asked(resources_before: list[JsonObject]) -> Decimal:
     """nvidia.com/gpu the Pod asked for (denied Pods included), limits first, as the engine reads them."""
     total = Decimal(0)
     for entry in resources_before:
@@ -81,14 +83,14 @@ def _gpus_asked(resources_before: list[dict]) -> Decimal:
     return min(total, Decimal("999999999.999"))
 
 
-def pod_metadata(request: AdmissionRequest) -> dict:
+def pod_metadata(request: AdmissionRequest) -> JsonObject:
     """The Pod's metadata as sent (empty when missing or malformed)."""
     pod = request.object if isinstance(request.object, dict) else {}
     metadata = pod.get("metadata")
     return metadata if isinstance(metadata, dict) else {}
 
 
-def _owner(metadata: dict) -> tuple[str, str]:
+def _owner(metadata: JsonObject) -> tuple[str, str]:
     owners = metadata.get("ownerReferences")
     if not isinstance(owners, list):
         return "", ""

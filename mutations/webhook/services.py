@@ -10,14 +10,14 @@ from django.conf import settings
 from profiles.preview import Preview, pod_preview
 
 from ..audit import audit_record_submit
-from ..engine import Decision, admission
+from ..engine import Decision, JsonObject, admission
 from ..metrics import ADMISSION_DURATION, ADMISSIONS
 from .record import audit_record_build, pod_metadata, text_cut
 
 logger = logging.getLogger("volcano_injector.admission")
 
 
-def admission_review_handle(*, body: object) -> dict:
+def admission_review_handle(*, body: object) -> JsonObject:
     """Answer one AdmissionReview body; raise admission.BadReview if it is not one."""
     started = time.perf_counter()
     request = admission.parse_review(body)
@@ -38,11 +38,12 @@ def admission_review_handle(*, body: object) -> dict:
     return response
 
 
-def _decide(request: admission.AdmissionRequest):
+def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | None, Decision, str, str]:
     if request.operation != "CREATE" or not request.is_pod:
         reason = f"{request.operation} of {request.kind} is not mutated (only Pod CREATE is)"
         return admission.review_response(request.uid, allowed=True), None, Decision.SKIPPED, reason, ""
     pod = request.object
+    assert isinstance(pod, dict), "parse_review refuses a Pod CREATE without the Pod"
     namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
     preview = pod_preview(pod=pod, namespace=namespace)
     result = preview.result
@@ -60,7 +61,7 @@ def _decide(request: admission.AdmissionRequest):
     return response, preview, result.decision, result.reason, result.field or ""
 
 
-def _failure_response(uid: str) -> dict:
+def _failure_response(uid: str) -> JsonObject:
     if settings.INJECTOR_FAILURE_POLICY == "Fail":
         return admission.review_response(
             uid, allowed=False, code=500,
@@ -72,7 +73,8 @@ def _failure_response(uid: str) -> dict:
     )
 
 
-def _log(request, preview: Preview | None, decision: Decision, reason: str, duration: float) -> None:
+def _log(request: admission.AdmissionRequest, preview: Preview | None, decision: Decision, reason: str,
+         duration: float) -> None:
     if not logger.isEnabledFor(logging.INFO):
         return
     result = preview.result if preview else None

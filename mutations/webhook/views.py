@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from typing import Any
 
 import orjson
 from django.conf import settings
@@ -98,7 +99,7 @@ def _nested_deeper_than(limit: int, raw: bytes, body: object) -> bool:
     # Nesting cannot exceed the number of brackets: most bodies need no walk at all.
     if raw.count(b"{") + raw.count(b"[") <= limit:
         return False
-    stack = [(body, 1)] if type(body) in (dict, list) else []
+    stack: list[tuple[Any, int]] = [(body, 1)] if type(body) in (dict, list) else []  # JSON: any value
     while stack:
         value, depth = stack.pop()
         if depth > limit:

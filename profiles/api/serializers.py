@@ -147,7 +147,9 @@ class PodPreviewResponseSerializer(serializers.Serializer):
     field = serializers.CharField(allow_null=True, help_text="For a denial: the field or annotation at fault.")
     policy = serializers.CharField(help_text="The namespace policy that decided (its namespace or pattern).")
     preset = serializers.CharField(allow_null=True)
-    source = serializers.CharField(allow_null=True, help_text="What chose the size (annotation, policy, default).")
+    # Field has an attribute `source` (hence the ignore); DRF's metaclass takes declared fields off the class.
+    source = serializers.CharField(allow_null=True,  # type: ignore[assignment]
+                                   help_text="What chose the size (annotation, policy, default).")
     warnings = serializers.ListField(child=serializers.CharField())
     patch = serializers.ListField(child=serializers.DictField(), help_text="RFC 6902 operations.")
     patch_sent = serializers.BooleanField(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import IntegrityError
-from django.db.models import ProtectedError
+from django.db.models import ProtectedError, QuerySet
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.pagination import PageNumberPagination
@@ -71,6 +73,7 @@ class ConfigurationPagination(PageNumberPagination):
 class ConfigurationViewSet(viewsets.ModelViewSet):
     """Shared write handling: services save and delete; constraint races and in-use rows answer 400."""
 
+    queryset: QuerySet[Any]  # each subclass sets it
     permission_classes = [ConfigurationPermissions]
     pagination_class = ConfigurationPagination
 
