@@ -9,9 +9,8 @@ class StoredJSONField(models.JSONField):
     """JSON kept as it was written: PostgreSQL `json` (validated text), not `jsonb` (parsed into a tree).
 
     The audit row's JSON columns are written once and shown whole (the detail page, the API); nothing
-    queries inside them. Parsing them into jsonb was the largest single cost of inserting a row:
-    `scripts/bench-audit-write`, PostgreSQL CPU per row, 42-46 us with jsonb and 30-35 with json
-    (alternating runs on the 2-core development machine). The value reads back as the same Python
+    queries inside them. Parsing them into jsonb was the largest single cost of writing a row
+    (`scripts/bench-audit-write`: docs/benchmarks.md, migration 0005). The value reads back as the same Python
     object; on SQLite (development) it is Django's usual JSON text column. No JSON lookups
     (`__contains`, key transforms) on these fields: json has no operators for them.
     """
@@ -73,7 +72,7 @@ class AdmissionAudit(models.Model):
         constraints = [
             # A constraint rather than unique=True: the same index, without the extra
             # varchar_pattern_ops index Django adds for unique CharFields (nothing searches uids
-            # with LIKE, and every index costs each audit INSERT).
+            # with LIKE, and every index costs each audit row written).
             models.UniqueConstraint(
                 fields=["request_uid"], name="%(app_label)s_%(class)s_request_uid_unique",
                 violation_error_message="An audit row for this admission (request uid) exists already.",

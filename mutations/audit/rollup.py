@@ -1,8 +1,8 @@
 """The overview's hourly rollup: audit rows counted per hour, decision, namespace and preset.
 
-Why: the overview aggregates every row of its window. At 1,000,000 rows over 90 days that took
-about 110 ms for the 7-day window and 600 ms for 90 days (scripts/bench-dashboard), growing with
-the table; the rollup holds at most one row per hour and (decision, namespace, preset).
+Why: the overview aggregates every row of its window, which takes longer as the table grows
+(scripts/bench-dashboard: docs/benchmarks.md); the rollup holds at most one row per hour and
+(decision, namespace, preset). The design: docs/audit-rollup.md.
 
 What it holds: AuditRollup counts every audit row with id <= AuditRollupMark.last_audit_id. The
 overview adds the rows above the mark from the audit table itself (a primary-key range: the rows
@@ -32,8 +32,9 @@ from ..models import AdmissionAudit, AuditRollup, AuditRollupMark
 
 logger = logging.getLogger("volcano_injector.audit")
 
-# New audit rows one refresh counts at most: an overview page then spends at most about 0.8 s on it
-# (and the writers wait that long to commit; scripts/bench-dashboard's 1M rows took 3.8 s in 5 steps). `manage.py refresh_audit_rollup` goes on until done.
+# New audit rows one refresh counts at most: it bounds the time an overview page spends on it, which
+# the writers wait too before they commit (measured: docs/benchmarks.md). `manage.py
+# refresh_audit_rollup` goes on until done.
 ROLLUP_REFRESH_MAX_ROWS = 200_000
 MARK_ID = 1
 

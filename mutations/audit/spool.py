@@ -36,20 +36,18 @@ SEGMENT_SUFFIX = ".copy"  # a header line naming the columns, then one COPY text
 LEGACY_SUFFIX = ".jsonl"
 SEGMENT_SUFFIXES = (SEGMENT_SUFFIX, LEGACY_SUFFIX)
 # Bytes reserved (posix_fallocate) for a new segment, which requests fill through a shared memory
-# map: appending a row is then a memory copy, not a write() system call. Measured with scripts/bench
-# (inserts deferred): a write() per admission cost about 70 us of worker CPU and a GIL hand-off,
-# the copy about 25 us in all. A segment that fills up is sealed and a new one opened; a sealed
+# map: appending a row is then a memory copy, not a write() system call and a GIL hand-off (what
+# each cost: docs/benchmarks.md). A segment that fills up is sealed and a new one opened; a sealed
 # segment is cut back to what it holds, so a backlog takes only the disk its rows need.
 SEGMENT_BYTES = 4 * 1024 * 1024
-# The first write to each page of a new file mapping is a page fault that allocates the block: about
-# 10-25 us a page, 5-13 us per 2 KiB row, plus about 1.4 ms to open the segment, all on the request
-# path of whichever admission came first after a seal. The writer thread therefore opens the next
-# segment ahead of need (the "spare") and writes its reserved space full of zeros with pwrite(),
-# which runs without the GIL; requests then copy into pages that are already there (0.2 us a row,
-# measured in isolation). The spare is sized to twice the last cycle's rows, within these bounds.
+# The first write to each page of a new file mapping is a page fault that allocates the block, on
+# the request path of whichever admission came first after a seal. The writer thread therefore opens
+# the next segment ahead of need (the "spare") and writes its reserved space full of zeros with
+# pwrite(), which runs without the GIL; requests then copy into pages that are already there
+# (measured: docs/benchmarks.md). The spare is sized to twice the last cycle's rows, within these bounds.
 SPARE_MIN_BYTES = 256 * 1024
-# Lines per INSERT statement: large enough to amortise the commit, small enough to keep one
-# statement well under a second while a backlog drains.
+# Lines per COPY, each in its own transaction: large enough to amortise the commit, small enough to
+# keep one statement well under a second while a backlog drains.
 BATCH_ROWS = 1000
 
 

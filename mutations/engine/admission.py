@@ -94,7 +94,7 @@ def _optional_string(request: JsonObject, key: str) -> str:
 def encode_patch(ops: list[JsonObject]) -> str:
     """The patch as the API server wants it: base64 of its JSON text."""
     try:
-        text = orjson.dumps(ops)  # about 5 times faster than json.dumps for a Pod's patch
+        text = orjson.dumps(ops)  # several times faster than json.dumps (docs/benchmarks.md)
     except TypeError:  # values orjson refuses (lone surrogates, integers over 64 bits): the standard library takes them
         text = json.dumps(ops, separators=(",", ":")).encode()
     return base64.b64encode(text).decode()

@@ -1,8 +1,8 @@
 """Compress the audit row's large columns with lz4 instead of pglz (PostgreSQL 14 and newer).
 
-A typical row is just over 2 KiB, so PostgreSQL compresses its largest values on every INSERT.
-pglz_compress was the largest single item in a profile of the audit writer's COPY (about 10 % of
-the backend's CPU); lz4 compresses several times faster and reads back faster. Existing rows keep
+A typical row is just over 2 KiB, so PostgreSQL compresses its largest values on every row written.
+pglz_compress was the largest single item in a profile of the audit writer's COPY (docs/benchmarks.md);
+lz4 compresses several times faster and reads back faster. Existing rows keep
 their compression until rewritten. Skipped where the server was built without lz4, and on SQLite.
 """
 

@@ -1,13 +1,13 @@
 """Store the audit row's JSON columns as `json` (validated text) instead of `jsonb`.
 
 Nothing queries inside these columns; they are written once and shown whole. jsonb parses every
-value into a tree on INSERT, the largest single cost of writing a row (scripts/bench-audit-write,
-PostgreSQL CPU per row on the 2-core development machine: 42-46 us with jsonb, 30-35 with json).
+value into a tree as it is written, the largest single cost of writing a row (scripts/bench-audit-write:
+docs/benchmarks.md).
 
 One ALTER TABLE for the four columns, so PostgreSQL rewrites the table once, under an ACCESS
 EXCLUSIVE lock: the dashboard and the audit API wait for it, and the webhook keeps answering (its
-rows wait in the spool and are written afterwards). Measured: about 4 s per 100,000 rows on the
-development machine; see deploy/README.md, "Upgrading". The columns keep lz4 compression (0004).
+rows wait in the spool and are written afterwards). How long it takes per 100,000 rows:
+docs/benchmarks.md and deploy/README.md, "Upgrading". The columns keep lz4 compression (0004).
 SQLite (development) stores JSON as text either way: nothing to do there.
 """
 

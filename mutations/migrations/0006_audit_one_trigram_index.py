@@ -1,12 +1,12 @@
 """One trigram index for the history's Pod-name search, instead of one per name column.
 
 The history's free-text filter is `pod_name LIKE '%term%' OR generate_name LIKE '%term%'`
-(dashboard/filters.py). A multicolumn GIN index answers it as two bitmap scans of the same index,
-as fast as the two single-column indexes did, and each audit INSERT updates one GIN index instead
-of two: PostgreSQL CPU per audit row, scripts/bench-audit-write with the indexes switched by SQL,
-alternating runs on the 2-core development machine: 49-52 us with two indexes, 45-48 us with one.
+(mutations/audit/filters.py). A multicolumn GIN index answers it as two bitmap scans of the same
+index, as fast as the two single-column indexes did, and each audit row written updates one GIN
+index instead of two, which costs PostgreSQL less CPU per row (scripts/bench-audit-write with the
+indexes switched by SQL: docs/benchmarks.md).
 
-CREATE INDEX blocks writes to the table while it builds (0.6-0.7 s per 100,000 rows here):
+CREATE INDEX blocks writes to the table while it builds (how long: docs/benchmarks.md):
 admissions are answered meanwhile and their audit rows wait in the spool. PostgreSQL only, like
 migration 0002, which created the two indexes: SQLite (development) has no trigram index.
 """

@@ -30,9 +30,8 @@ logger = logging.getLogger("volcano_injector.admission")
 # Django's test client, goes through Django to the `mutate` view below, which calls the same function.
 # None of that machinery applies to /mutate: it has no session, CSRF token, user, static file,
 # template or content negotiation (the API server is authenticated by TLS: deploy/README.md, mTLS),
-# and it counts its own metrics. Measured with scripts/bench (HTTP, audit off, same host, same day):
-# about 2,900 admissions/s through Django and DRF, about 5,600/s on this route; py-spy had put
-# Django's handler, middleware, signals and DRF's APIView at about 35 % of a worker's GIL time.
+# and it counts its own metrics. Skipping it saves a large share of a worker's time per admission
+# (measured with scripts/bench and py-spy: docs/benchmarks.md).
 
 MUTATE_PATH = "/mutate"
 JSON_HEADERS = (("Content-Type", "application/json"),)

@@ -1,6 +1,6 @@
 """What the API server does with the webhook's answer, for tests: apply the patch with
 evanphx/json-patch v4 semantics, default the Pod again, and validate it (schema + resource rules
-from ../shared/FACTS.md)."""
+of kubernetes/kubernetes pkg/apis/core/validation/validation.go, ValidateResourceRequirements)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def default_pod(pod: dict) -> dict:
 
 
 def resource_errors(pod: dict) -> list[str]:
-    """The API server's resource validation (FACTS.md) on a defaulted Pod; [] when it passes."""
+    """The API server's resource validation (ValidateResourceRequirements) on a defaulted Pod; [] when it passes."""
     errors = []
     spec = pod.get("spec") or {}
     for key in ("containers", "initContainers"):
