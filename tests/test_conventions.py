@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import sys
+import tomllib
 
 import pytest
 
@@ -157,3 +159,23 @@ def test_every_management_command_has_a_test():
     test_text = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
     missing = [name for name in commands if f'"{name}"' not in test_text and f"'{name}'" not in test_text]
     assert not missing, f"management commands without a test calling them by name: {missing}"
+
+
+def test_ruff_rules_are_selected_by_full_code():
+    # A family prefix ("B", "UP") takes in the rules each new ruff release adds to it: full codes keep
+    # what fails fixed until someone adds a rule on purpose.
+    selected = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]["select"]
+    assert [code for code in selected if not re.fullmatch(r"[A-Z]+[0-9]{3,4}", code)] == []
+
+
+def test_every_noqa_names_its_rules_and_says_why():
+    noqa = re.compile(r"#\s*noqa\b(?P<codes>:\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)?(?P<reason>.*)$")
+    unexplained = []
+    for path in sorted(ROOT.glob("*/**/*.py")):
+        if ".venv" in path.parts:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            found = noqa.search(line)
+            if found and (not found["codes"] or not found["reason"].strip(" -()")):
+                unexplained.append(f"{path.relative_to(ROOT)}:{number}")
+    assert unexplained == [], "a noqa names the rules it suppresses, then the reason"
