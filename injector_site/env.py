@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -19,6 +20,10 @@ TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 
+@overload
+def env(name: str, default: str) -> str: ...
+@overload
+def env(name: str, default: None = None) -> str | None: ...
 def env(name: str, default: str | None = None) -> str | None:
     """NAME from the environment, or the contents of the file named by NAME_FILE."""
     file_path = os.environ.get(f"{name}_FILE")

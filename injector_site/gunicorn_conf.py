@@ -38,10 +38,10 @@ _REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO_DIR not in sys.path:
     sys.path.append(_REPO_DIR)
 
-from injector_site.env import env, env_bool, env_float, env_int, env_list  # noqa: E402
-from injector_site.gunicorn_logger import AccessLogWhenEnabled  # noqa: E402
-from injector_site.tls import ReloadingSSLContext, tls_files_from_env  # noqa: E402
-from injector_site.workers import BalancedThreadWorker, ConnectionCounts  # noqa: E402
+from injector_site.env import env, env_bool, env_float, env_int, env_list  # noqa: E402 - needs _REPO_DIR on sys.path
+from injector_site.gunicorn_logger import AccessLogWhenEnabled  # noqa: E402 - needs _REPO_DIR on sys.path
+from injector_site.tls import ReloadingSSLContext, tls_files_from_env  # noqa: E402 - needs _REPO_DIR on sys.path
+from injector_site.workers import BalancedThreadWorker, ConnectionCounts  # noqa: E402 - needs _REPO_DIR on sys.path
 
 
 def _checked(read, *args, **kwargs):

@@ -6,7 +6,7 @@ both format with JsonFormatter, so every line the container writes has the same 
 
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 # Attributes every LogRecord has; anything else was passed with extra= and is emitted as a field.
 _STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -20,7 +20,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "time": datetime.fromtimestamp(record.created, tz=timezone.utc)
+            "time": datetime.fromtimestamp(record.created, tz=UTC)
             .isoformat(timespec="milliseconds")
             .replace("+00:00", "Z"),
             "level": record.levelname,

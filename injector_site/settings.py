@@ -8,6 +8,7 @@ PostgreSQL.
 
 import socket
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -98,7 +99,7 @@ def database_from_env() -> dict:
             raise ImproperlyConfigured(
                 f"DATABASE_URL scheme {parts.scheme!r} is not supported: use postgres://user:password@host:5432/name"
             )
-        config = {
+        config: dict[str, Any] = {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parts.path.lstrip("/")) or "postgres",
             "USER": unquote(parts.username or ""),
@@ -228,8 +229,8 @@ INJECTOR_AUDIT_SPOOL_DIR = env("INJECTOR_AUDIT_SPOOL_DIR", str(BASE_DIR / "var" 
 # how often it looks for segments left by ended processes, the longest wait between retries while
 # PostgreSQL is down, and how often it then logs a warning. gunicorn starts the writer in each
 # worker; elsewhere (runserver, shell) the first audited admission starts it unless autostart is off.
-# 0.25 s: a cycle costs a segment rotation and an fdatasync, so much shorter cycles cost throughput
-# (scripts/bench: 0.02 s -> about 2,100 audited req/s, 0.25-0.5 s -> about 2,500).
+# The flush default: a cycle costs a segment rotation and an fdatasync, so much shorter cycles cost
+# throughput, and longer ones gained nothing measurable (scripts/bench: docs/benchmarks.md).
 INJECTOR_AUDIT_FLUSH_SECONDS = env_float("INJECTOR_AUDIT_FLUSH_SECONDS", 0.25)
 INJECTOR_AUDIT_ADOPT_SECONDS = env_float("INJECTOR_AUDIT_ADOPT_SECONDS", 2.0)
 INJECTOR_AUDIT_RETRY_MAX_SECONDS = env_float("INJECTOR_AUDIT_RETRY_MAX_SECONDS", 2.0)

@@ -7,11 +7,16 @@ import os
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 
 from injector_site.env import env, env_list
+
+if TYPE_CHECKING:  # the reloader is gunicorn's ssl_context hook; nothing here imports gunicorn to run
+    from gunicorn.config import Config
 
 logger = logging.getLogger("gunicorn.error")
 
@@ -60,11 +65,11 @@ class ReloadingSSLContext:
         self._check_interval_seconds = check_interval_seconds
         self._lock = threading.Lock()
         self._context: ssl.SSLContext | None = None
-        self._fingerprint: tuple | None = None
+        self._fingerprint: tuple[tuple[int, int, int], ...] | None = None
         self._next_check = 0.0
         self.reload_count = 0
 
-    def _stat_fingerprint(self) -> tuple:
+    def _stat_fingerprint(self) -> tuple[tuple[int, int, int], ...]:
         # stat() follows the symlinks a Kubernetes Secret volume swaps atomically
         # (tls.crt -> ..data/tls.crt), so the new files have a new inode and mtime.
         result = []
@@ -73,7 +78,7 @@ class ReloadingSSLContext:
             result.append((st.st_ino, st.st_mtime_ns, st.st_size))
         return tuple(result)
 
-    def _build(self, default_ssl_context_factory) -> ssl.SSLContext:
+    def _build(self, default_ssl_context_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
         # gunicorn's factory loads the certificate, the key and its one ca_certs file (the config
         # sets the first CA file there); the other CA files are added here.
         context = default_ssl_context_factory()
@@ -82,7 +87,7 @@ class ReloadingSSLContext:
             context.load_verify_locations(cafile=ca_file)
         return context
 
-    def __call__(self, config, default_ssl_context_factory) -> ssl.SSLContext:
+    def __call__(self, config: Config, default_ssl_context_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
         now = time.monotonic()
         if self._context is not None and now < self._next_check:
             return self._context

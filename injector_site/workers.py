@@ -4,9 +4,9 @@ With keep-alive a connection stays on the worker that accepted it for as long as
 API server keeps its connections for minutes, so who accepts decides each worker's load. With one
 shared listening socket the worker that wakes first wins the accept race (all connections sometimes
 ended on one worker); with a SO_REUSEPORT socket per worker the kernel's address hash splits them
-unevenly (15/1 for 16 connections was seen), and the busier worker sets the p99 (see
-docs/benchmarks.md). So the workers share one listening socket and count their open connections in
-memory the master maps before it forks them (one slot per worker): when the socket is readable, a
+unevenly, at times nearly all on one, and the busier worker sets the p99 (see docs/benchmarks.md).
+So the workers share one listening socket and count their open connections in memory the master
+maps before it forks them (one slot per worker): when the socket is readable, a
 worker holding more connections than the least busy of the others leaves the connection to it
 (every worker polls the socket, so that one wakes up too). A worker leaves a waiting connection for
 at most BALANCE_DEFER_SECONDS, then takes it itself, so a least busy worker that is stuck in a long
@@ -20,10 +20,17 @@ each worker a slot (pre_fork) and free it (child_exit).
 from __future__ import annotations
 
 import mmap
+import socket
 import struct
 import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from gunicorn.workers.gthread import ThreadWorker
+
+if TYPE_CHECKING:
+    from gunicorn._types import _AddressType  # the stubs' name for a listener's address
+    from gunicorn.workers.gthread import TConn
 
 BALANCE_DEFER_SECONDS = 0.02
 BALANCE_STALE_SECONDS = 3.0
@@ -67,7 +74,7 @@ class BalancedThreadWorker(ThreadWorker):
     def init_process(self) -> None:
         self._deferring_since: float | None = None  # while the listening socket stays readable
         self._deferred_this_turn = False
-        self._published = (None, 0.0)
+        self._published: tuple[int | None, float] = (None, 0.0)
         super().init_process()
 
     def notify(self) -> None:
@@ -89,7 +96,7 @@ class BalancedThreadWorker(ThreadWorker):
             self._published = (count, now)
             self.counts.publish(self.balance_slot, count, now)
 
-    def accept(self, server, listener) -> None:
+    def accept(self, server: _AddressType, listener: socket.socket) -> None:
         if self.counts is not None and self.balance_slot is not None:
             now = time.monotonic()
             self._publish(now)
@@ -107,7 +114,7 @@ class BalancedThreadWorker(ThreadWorker):
         super().accept(server, listener)
         self._publish(time.monotonic())
 
-    def finish_request(self, fs) -> None:
+    def finish_request(self, fs: Future[tuple[bool, TConn]]) -> None:
         # Runs in the request thread: a closed connection is counted at once, not at the main
         # loop's next turn (up to a second later when the worker is idle).
         super().finish_request(fs)

@@ -20,7 +20,13 @@ from types import SimpleNamespace
 import pytest
 
 from tests.support.tls import (
-    SecretVolume, client_context, https_get, make_dev_certs, peer_certificate_der, pem_to_der, tls_env,
+    SecretVolume,
+    client_context,
+    https_get,
+    make_dev_certs,
+    peer_certificate_der,
+    pem_to_der,
+    tls_env,
 )
 
 from .conftest import REPO_ROOT
@@ -68,11 +74,14 @@ def test_client_ca_verifies_client_certificates_and_passes_them_to_the_app(tmp_p
 
     # A certificate from a CA not in the list ends the handshake.
     with pytest.raises((ssl.SSLError, ConnectionError)):
-        https_get(server.port, "/peer", client_context(certs / "ca.crt", stranger / "client.crt", stranger / "client.key"))
+        https_get(server.port, "/peer",
+                  client_context(certs / "ca.crt", stranger / "client.crt", stranger / "client.key"))
     # One from either listed CA reaches the app, which sees which one it was.
-    assert https_get(server.port, "/peer", client_context(certs / "ca.crt", other / "client.crt", other / "client.key")) \
+    assert https_get(server.port, "/peer",
+                     client_context(certs / "ca.crt", other / "client.crt", other / "client.key")) \
         == (200, fingerprint(other / "client.crt"))
-    assert https_get(server.port, "/peer", client_context(certs / "ca.crt", certs / "client.crt", certs / "client.key")) \
+    assert https_get(server.port, "/peer",
+                     client_context(certs / "ca.crt", certs / "client.crt", certs / "client.key")) \
         == (200, fingerprint(certs / "client.crt"))
     # None at all (the kubelet's probes, a browser) connects; the app sees none and decides
     # (the injector refuses POST /mutate then: tests/test_security.py).
@@ -124,7 +133,8 @@ def test_logs_are_json_lines_on_stdout(tmp_path, hello_app):
     env = dict(os.environ, GUNICORN_BIND="127.0.0.1:0", WEB_CONCURRENCY="1", GUNICORN_ACCESS_LOG="", LOG_LEVEL="INFO")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "-c", str(REPO_ROOT / "injector_site" / "gunicorn_conf.py"), "hello_app:application"],
+        [str(Path(sys.executable).parent / "gunicorn"), "-c", str(REPO_ROOT / "injector_site" / "gunicorn_conf.py"),
+         "hello_app:application"],
         cwd=hello_app, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     time.sleep(2)

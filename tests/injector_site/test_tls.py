@@ -19,7 +19,13 @@ from gunicorn.config import Config
 
 from injector_site.tls import ReloadingSSLContext, TLSFiles, tls_files_from_env
 from tests.support.tls import (
-    SecretVolume, client_context, https_get, make_dev_certs, peer_certificate_der, pem_to_der, tls_env,
+    SecretVolume,
+    client_context,
+    https_get,
+    make_dev_certs,
+    peer_certificate_der,
+    pem_to_der,
+    tls_env,
 )
 
 # --- which files: TLS_CERT_FILE, TLS_KEY_FILE, TLS_CLIENT_CA_FILE -------------------------------------
@@ -84,7 +90,8 @@ def served_certificate_der(context: ssl.SSLContext) -> bytes:
         server = context.wrap_socket(server_end, server_side=True, do_handshake_on_connect=False)
         handshake = threading.Thread(target=server.do_handshake, daemon=True)
         handshake.start()
-        client = ssl._create_unverified_context().wrap_socket(client_end, server_hostname="localhost")
+        client = ssl._create_unverified_context().wrap_socket(  # noqa: S323 - the test reads what is served
+            client_end, server_hostname="localhost")
         handshake.join(timeout=10)
         return client.getpeercert(binary_form=True)
 
@@ -244,7 +251,8 @@ def test_half_written_rotation_keeps_the_old_certificate_until_the_key_matches(t
     live.mkdir()
     shutil.copyfile(cert_a / "tls.crt", live / "tls.crt")
     shutil.copyfile(cert_a / "tls.key", live / "tls.key")
-    env = {"TLS_CERT_FILE": str(live / "tls.crt"), "TLS_KEY_FILE": str(live / "tls.key"), "TLS_RELOAD_INTERVAL_SECONDS": "0.2"}
+    env = {"TLS_CERT_FILE": str(live / "tls.crt"), "TLS_KEY_FILE": str(live / "tls.key"),
+           "TLS_RELOAD_INTERVAL_SECONDS": "0.2"}
     server = start_server("hello_app:application", env, cwd=hello_app)
     assert peer_certificate_der(server.port) == pem_to_der(cert_a / "tls.crt")
 
