@@ -3,7 +3,8 @@
 `mutate_pod(pod, ctx)` never edits its input. It converts `nvidia.com/gpu` into Volcano's
 vGPU resources (sized by sizing.py), points GPU Pods at the Volcano scheduler, fills missing
 CPU/memory requests and limits without overriding what the user wrote (defaults.py), applies the
-namespace policy's checks (checks.py), and records what it applied in
+namespace policy's checks (checks.py), its Volcano queue and PriorityClass (scheduling.py), and
+records what it applied in
 `volcano-injector.io/applied-*` annotations. Its own output, fed back, is returned unchanged
 (the webhook is registered with reinvocationPolicy: IfNeeded).
 """
@@ -30,6 +31,7 @@ from .defaults import cpu_memory_fill
 from .denial import Denial
 from .pod import Container, asks_for_gpu, containers_read, has_vgpu, resource_map, resources_store, working_copy
 from .quantity import QuantityError, parse_quantity
+from .scheduling import budget_notes, priority_class_apply, queue_apply
 from .sizing import Sizing, sizing_decide
 from .specs import (
     GPU_RESOURCE,
@@ -93,6 +95,8 @@ class _Mutation:
         self.annotations = annotations
         self.warnings: list[str] = []
         self.grants: list[ContainerGrant] = []
+        self.queue: str | None = None
+        self.priority_class: str | None = None
 
     # --- the steps ---------------------------------------------------------------------
     def run(self) -> MutationResult:
@@ -115,8 +119,10 @@ class _Mutation:
             defaults = sizing.resources if sizing else self.policy.resources
             for container in gpu_containers:
                 cpu_memory_fill(container=container, defaults=defaults, warnings=self.warnings)
+            budget_notes(gpu_containers=gpu_containers, policy=self.policy, warnings=self.warnings)
         if is_gpu_pod or self.policy.scheduler_scope is SchedulerScope.ALL_PODS:
             self._set_scheduler(spec)
+            self._schedule(spec, sizing)
         if sizing and self.grants:
             self._pin_gpu_model(sizing)
             self._annotate(sizing)
@@ -127,7 +133,8 @@ class _Mutation:
         source = sizing.source if sizing else None
         def answer(decision: Decision, pod: JsonObject, reason: str) -> MutationResult:
             return MutationResult(decision, pod, reason, policy=self.policy.namespace, preset=preset, source=source,
-                                  grants=tuple(self.grants), warnings=tuple(self.warnings))
+                                  grants=tuple(self.grants), warnings=tuple(self.warnings),
+                                  queue=self.queue, priority_class=self.priority_class)
 
         if self.pod == self.original:
             reason = "already converted" if has_vgpu(self.original) else "no GPU request"
@@ -243,6 +250,15 @@ class _Mutation:
             self.warnings.append(
                 f"spec.schedulerName {current!r} kept as written; vGPU resources are only placed by {wanted!r}"
             )
+
+    def _schedule(self, spec: JsonObject, sizing: Sizing | None) -> None:
+        """The Volcano queue (Pods Volcano schedules) and the PriorityClass, after the scheduler is decided."""
+        if spec.get("schedulerName") == (self.policy.scheduler_name or "volcano"):
+            self.queue = queue_apply(pod=self.pod, policy=self.policy, warnings=self.warnings)
+        # On reinvocation the Pod is converted already: its preset is the one the first pass recorded.
+        preset = sizing.preset if sizing else self.catalog.presets.get(str(self.annotations.get(ANN_APPLIED_PRESET)))
+        self.priority_class = priority_class_apply(pod=self.pod, policy=self.policy, preset=preset,
+                                                   warnings=self.warnings)
 
     def _pin_gpu_model(self, sizing: Sizing) -> None:
         card = sizing.gpu_model

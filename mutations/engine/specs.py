@@ -85,6 +85,8 @@ class PresetSpec:
     resources: ResourceDefaults = field(default_factory=ResourceDefaults)
     enabled: bool = True
     is_default: bool = False
+    # The PriorityClass for Pods this preset sizes (beats the policy's); None leaves the policy's.
+    priority_class: str | None = None
 
     def serves_model_size(self, size_b: float) -> bool:
         if self.min_model_size_b is None and self.max_model_size_b is None:
@@ -119,6 +121,14 @@ class PolicySpec:
     scheduler_scope: SchedulerScope = SchedulerScope.GPU_PODS
     resources: ResourceDefaults = BUILTIN_RESOURCE_DEFAULTS
     deny_privileged: bool = True
+    # Volcano scheduling (mutations/engine/scheduling.py): the queue set on Pods that name none, the
+    # queues Pods may name (empty: any), and the PriorityClass set on Pods that name none.
+    default_queue: str | None = None
+    allowed_queues: frozenset[str] = frozenset()
+    priority_class: str | None = None
+    # The namespace budget that `manage.py sync_quotas` writes as a ResourceQuota (None: no budget).
+    budget_vgpu_memory_gib: int | None = None
+    budget_vgpu_number: int | None = None
 
     @property
     def is_pattern(self) -> bool:
@@ -131,6 +141,13 @@ class PolicySpec:
 
     def allows(self, preset_name: str) -> bool:
         return not self.allowed_presets or preset_name in self.allowed_presets
+
+    def allows_queue(self, queue: str) -> bool:
+        return not self.allowed_queues or queue in self.allowed_queues
+
+    @property
+    def has_budget(self) -> bool:
+        return self.budget_vgpu_memory_gib is not None or self.budget_vgpu_number is not None
 
 
 BUILTIN_POLICY = PolicySpec(namespace="(built-in defaults)")
@@ -217,6 +234,10 @@ class MutationResult:
     warnings: tuple[str, ...] = ()
     # For a denial: the field or annotation at fault, shown to the user with the reason.
     field: str | None = None
+    # The Volcano queue and the PriorityClass the admitted Pod carries (set by the engine or kept as
+    # written); None where the Pod has none or the policy does not reach it.
+    queue: str | None = None
+    priority_class: str | None = None
 
     @property
     def allowed(self) -> bool:

@@ -21,6 +21,17 @@ class PatchError(Exception):
     """The API server would fail to apply this patch (a 500 for the user, whatever failurePolicy says)."""
 
 
+class Forbidden(Exception):
+    """An admission plugin of the API server refuses the Pod (403 Forbidden), with the API server's message."""
+
+
+# The classes every cluster has (the API server creates them); the values are Kubernetes' own.
+SYSTEM_PRIORITY_CLASSES = {
+    "system-cluster-critical": {"value": 2000000000},
+    "system-node-critical": {"value": 2000001000},
+}
+
+
 def _unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
@@ -150,8 +161,45 @@ def schema_errors(pod: dict) -> list[str]:
     return []
 
 
-def admit(pod: dict, response: dict) -> dict:
-    """The Pod the API server would store: the patch applied (v4), defaulted again, and validated."""
+def priority_admit(pod: dict, priority_classes: dict[str, dict]) -> dict:
+    """The Priority admission plugin on a Pod CREATE, as kubernetes plugin/pkg/admission/priority/admission.go
+    `admitPod` does it: the class (or the globalDefault class) resolved into spec.priority and
+    spec.preemptionPolicy; a missing class, or a priority/preemptionPolicy that differs from the class's,
+    is Forbidden. `priority_classes`: name -> {"value", "globalDefault", "preemptionPolicy"}."""
+    pod = copy.deepcopy(pod)
+    spec = pod["spec"]
+    classes = {**SYSTEM_PRIORITY_CLASSES, **priority_classes}
+    name = spec.get("priorityClassName") or ""
+    if not name:
+        defaults = sorted((c["value"], n) for n, c in classes.items() if c.get("globalDefault"))
+        if defaults:
+            name = defaults[0][1]
+            value, policy = classes[name]["value"], classes[name].get("preemptionPolicy", "PreemptLowerPriority")
+            spec["priorityClassName"] = name
+        else:
+            value, policy = 0, "PreemptLowerPriority"
+    elif name not in classes:
+        raise Forbidden(f"no PriorityClass with name {name} was found")
+    else:
+        # PriorityClass defaulting gives every class a preemptionPolicy (PreemptLowerPriority when unset).
+        value, policy = classes[name]["value"], classes[name].get("preemptionPolicy", "PreemptLowerPriority")
+    if spec.get("priority") is not None and spec["priority"] != value:
+        raise Forbidden(f"the integer value of priority ({spec['priority']}) must not be provided in pod spec; "
+                        f"priority admission controller computed {value} from the given PriorityClass name")
+    spec["priority"] = value
+    if spec.get("preemptionPolicy") is not None and spec["preemptionPolicy"] != policy:
+        raise Forbidden(f"the string value of PreemptionPolicy ({spec['preemptionPolicy']}) must not be provided in "
+                        f"pod spec; priority admission controller computed {policy} from the given PriorityClass name")
+    spec["preemptionPolicy"] = policy
+    return pod
+
+
+def admit(pod: dict, response: dict, priority_classes: dict[str, dict] | None = None) -> dict:
+    """The Pod the API server would store: the patch applied (v4), defaulted again, and validated.
+
+    With `priority_classes`, also what the API server does after a webhook changed the Pod: it runs
+    the built-in mutating plugins again (staging/src/k8s.io/apiserver/pkg/admission/reinvocation.go),
+    Priority among them (priority_admit), on the patched Pod."""
     answer = response["response"]
     if "patch" not in answer:
         assert "patchType" not in answer, "patchType without patch is an invalid response"
@@ -160,6 +208,8 @@ def admit(pod: dict, response: dict) -> dict:
         assert answer["patchType"] == "JSONPatch"
         patched = apply_patch_v4(pod, decode_patch(answer))
     patched = default_pod(patched)
+    if priority_classes is not None and patched != pod:
+        patched = priority_admit(patched, priority_classes)
     problems = resource_errors(patched) + schema_errors(patched)
     assert not problems, problems
     return patched

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import uuid
 
-from .kube import default_pod
+from .kube import default_pod, priority_admit
 
 
 def _container(name: str, image: str, limits: dict | None = None, requests: dict | None = None, **extra) -> dict:
@@ -141,3 +141,39 @@ def review(pod: dict | None, *, uid: str | None = None, namespace: str | None = 
     if name:
         request["name"] = name
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+# --- the Priority admission plugin and managedFields (the webhook sees a Pod after both) ---------------
+PRIORITY_FIELDS = ("priority", "preemptionPolicy")
+
+
+def submitted(pod: dict, **spec: object) -> dict:
+    """The Pod as its creator sent it, before admission: no spec.priority/preemptionPolicy (the Priority
+    plugin fills them); keyword arguments set spec fields the creator wrote, e.g. priorityClassName."""
+    pod = copy.deepcopy(pod)
+    for name in PRIORITY_FIELDS:
+        pod["spec"].pop(name, None)
+    pod["spec"].update(spec)
+    return pod
+
+
+def _fields_v1(value: object) -> dict:
+    """A value's fields as the API server's field manager writes them (FieldsV1)."""
+    if isinstance(value, dict):
+        return {f"f:{key}": _fields_v1(item) for key, item in value.items()}
+    if isinstance(value, list) and all(isinstance(item, dict) and "name" in item for item in value):
+        return {f'k:{{"name":"{item["name"]}"}}': {".": {}, **_fields_v1(item)} for item in value}
+    return {}
+
+
+def as_webhook_sees(pod: dict, priority_classes: dict[str, dict] | None = None,
+                    manager: str = "kube-controller-manager") -> dict:
+    """A submitted Pod as the webhook receives it: the creator's fields recorded in metadata.managedFields
+    (the API server does that before admission), then the Priority plugin's first pass."""
+    pod = copy.deepcopy(pod)
+    fields = {key: value for key, value in pod.items() if key in ("metadata", "spec")}
+    pod["metadata"]["managedFields"] = [{
+        "manager": manager, "operation": "Update", "apiVersion": "v1", "time": "2026-12-01T10:00:00Z",
+        "fieldsType": "FieldsV1", "fieldsV1": _fields_v1(fields),
+    }]
+    return priority_admit(pod, priority_classes or {})
