@@ -16,7 +16,7 @@ from django.utils.http import urlencode
 from mutations.engine import is_namespace_pattern
 
 from .forms import GpuModelForm, NamespacePolicyForm, PodPreviewForm, PresetForm
-from .models import GpuModel, NamespacePolicy, Preset
+from .models import GpuModel, NamespacePolicy, NamespaceQuota, Preset
 from .preview import pod_preview, preview_answer
 from .selectors import (
     gpu_model_list,
@@ -137,6 +137,7 @@ class PresetAdmin(RefusingDeleteMixin, admin.ModelAdmin):
                                                          "a 7B model gets the preset whose range holds 7."}),
         ("CPU and memory (override the namespace policy's defaults)",
          {"fields": ["cpu_request", "cpu_limit", "memory_request", "memory_limit"]}),
+        ("Scheduling", {"fields": ["priority_class"]}),
         ("History", {"fields": ["created_at", "updated_at"], "classes": ["collapse"]}),
     ]
 
@@ -180,7 +181,7 @@ class PresetAdmin(RefusingDeleteMixin, admin.ModelAdmin):
 class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
     form = NamespacePolicyForm
     list_display = ["namespace", "kind", "mode", "default_preset", "allowed", "max_vgpus_per_pod", "max_memory",
-                    "scheduler_name", "scheduler_scope", "deny_privileged"]
+                    "scheduler_name", "scheduler_scope", "queues", "priority_class", "budget", "deny_privileged"]
     list_filter = ["mode", "scheduler_scope", "deny_privileged", "default_preset"]
     search_fields = ["namespace", "description"]
     ordering = ["namespace"]
@@ -193,6 +194,17 @@ class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
         ("Presets", {"fields": ["default_preset", "allowed_presets"]}),
         ("Limits", {"fields": ["max_vgpus_per_pod", "max_vgpu_memory_mib", "deny_privileged"]}),
         ("Scheduler", {"fields": ["scheduler_name", "scheduler_scope"]}),
+        ("Volcano queue and priority", {
+            "fields": ["default_queue", "allowed_queues", "priority_class"],
+            "description": "Set on the Pods this policy reaches when they name none; never in place of what a Pod "
+                           "names. The queues and the PriorityClass must exist in the cluster.",
+        }),
+        ("Namespace budget (a ResourceQuota kept by manage.py sync_quotas)", {
+            "fields": ["budget_vgpu_memory_gib", "budget_vgpu_number"],
+            "description": "Kubernetes enforces it in every namespace this policy covers. The memory budget counts "
+                           "volcano.sh/vgpu-memory once per container: a container with 2 vGPUs of 16 GiB counts "
+                           "16 GiB (see the README).",
+        }),
         ("CPU and memory defaults for GPU containers",
          {"fields": ["cpu_request", "cpu_limit", "memory_request", "memory_limit"]}),
         ("History", {"fields": ["created_at", "updated_at"], "classes": ["collapse"]}),
@@ -213,6 +225,20 @@ class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
     @admin.display(description="max vGPU memory", ordering="max_vgpu_memory_mib")
     def max_memory(self, obj: NamespacePolicy) -> str:
         return _mib(obj.max_vgpu_memory_mib)
+
+    @admin.display(description="queue (allowed)", ordering="default_queue")
+    def queues(self, obj: NamespacePolicy) -> str:
+        allowed = ", ".join(obj.allowed_queues or [])
+        return f"{obj.default_queue or '-'}" + (f" ({allowed})" if allowed else "")
+
+    @admin.display(description="budget")
+    def budget(self, obj: NamespacePolicy) -> str:
+        parts = []
+        if obj.budget_vgpu_memory_gib is not None:
+            parts.append(f"{obj.budget_vgpu_memory_gib} GiB")
+        if obj.budget_vgpu_number is not None:
+            parts.append(f"{obj.budget_vgpu_number} vGPUs")
+        return ", ".join(parts) or "-"
 
     def save_model(self, request, obj, form, change):
         namespace_policy_save(policy=obj)  # allowed presets are saved by save_related
@@ -261,3 +287,20 @@ class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
             "preview": result,
         }
         return TemplateResponse(request, "admin/profiles/pod_preview.html", context)
+
+
+@admin.register(NamespaceQuota)
+class NamespaceQuotaAdmin(admin.ModelAdmin):
+    """What `manage.py sync_quotas` last did per namespace: read-only (the command writes it)."""
+
+    list_display = ["namespace", "policy_namespace", "action", "synced_at", "message"]
+    list_filter = ["action"]
+    search_fields = ["namespace", "policy_namespace"]
+    readonly_fields = ["namespace", "policy_namespace", "hard", "status_hard", "status_used", "action", "message",
+                       "synced_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

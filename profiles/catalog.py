@@ -56,6 +56,7 @@ def catalog_build() -> Catalog:
             resources=_resource_defaults(row),
             enabled=row.enabled,
             is_default=row.is_default,
+            priority_class=row.priority_class or None,
         )
         if row.is_default and row.enabled:
             default_preset = row.name
@@ -81,6 +82,11 @@ def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
         scheduler_scope=SchedulerScope(row.scheduler_scope),
         resources=_resource_defaults(row),
         deny_privileged=row.deny_privileged,
+        default_queue=row.default_queue or None,
+        allowed_queues=frozenset(row.allowed_queues or ()),
+        priority_class=row.priority_class or None,
+        budget_vgpu_memory_gib=row.budget_vgpu_memory_gib,
+        budget_vgpu_number=row.budget_vgpu_number,
     )
 
 

@@ -9,6 +9,26 @@ from .services import PodDocumentError, pod_document_parse
 from .validation import gpu_model_validate, namespace_policy_validate, preset_validate
 
 
+class NameListField(forms.CharField):
+    """Names typed one per line or separated by commas, kept as a list (the model stores it as JSON)."""
+
+    widget = forms.Textarea(attrs={"rows": 3, "cols": 40})
+
+    def prepare_value(self, value):
+        if isinstance(value, list):
+            return "\n".join(str(v) for v in value)
+        return value
+
+    def to_python(self, value):
+        if isinstance(value, list):
+            return value
+        text = super().to_python(value) or ""
+        return [name.strip() for name in text.replace(",", "\n").splitlines() if name.strip()]
+
+    def has_changed(self, initial, data):
+        return self.to_python(initial or []) != self.to_python(data)
+
+
 def _add_problems(form: forms.ModelForm, problems: dict[str, list[str]]) -> None:
     for field, messages in problems.items():
         if field in form.errors:  # the field's own validation already said what is wrong
@@ -34,7 +54,8 @@ class PresetForm(forms.ModelForm):
         model = Preset
         fields = [
             "name", "description", "vgpu_memory_mib", "vgpu_cores_percent", "min_model_size_b", "max_model_size_b",
-            "gpu_model", "cpu_request", "cpu_limit", "memory_request", "memory_limit", "enabled", "is_default",
+            "gpu_model", "cpu_request", "cpu_limit", "memory_request", "memory_limit", "priority_class", "enabled",
+            "is_default",
         ]
         help_texts = {"is_default": "Used where no policy or annotation chooses a preset. Ticking it here moves "
                                     "the default off the current default preset."}
@@ -52,12 +73,19 @@ class PresetForm(forms.ModelForm):
 
 
 class NamespacePolicyForm(forms.ModelForm):
+    allowed_queues = NameListField(
+        required=False, label="Allowed queues",
+        help_text="Volcano queues Pods here may name, one per line or separated by commas; empty allows any. "
+                  "The default queue must be one of them.",
+    )
+
     class Meta:
         model = NamespacePolicy
         fields = [
             "namespace", "description", "mode", "default_preset", "allowed_presets", "max_vgpus_per_pod",
             "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope", "cpu_request", "cpu_limit",
-            "memory_request", "memory_limit", "deny_privileged",
+            "memory_request", "memory_limit", "deny_privileged", "default_queue", "allowed_queues",
+            "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number",
         ]
 
     def _post_clean(self):

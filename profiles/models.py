@@ -16,6 +16,12 @@ namespace_pattern_validator = RegexValidator(
     r"^[a-z0-9*?\[\]-]([-a-z0-9*?\[\]]{0,251}[a-z0-9*?\[\]])?$",
     "Enter a namespace name (lowercase letters, digits, '-') or a pattern with * such as team-*.",
 )
+# A Kubernetes object name (DNS-1123 subdomain): Volcano queues and PriorityClasses are named so.
+KUBE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+kube_name_validator = RegexValidator(
+    KUBE_NAME_PATTERN,
+    "Enter a Kubernetes object name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit.",
+)
 
 
 class TimestampedModel(models.Model):
@@ -84,6 +90,11 @@ class Preset(TimestampedModel):
     memory_limit = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
     enabled = models.BooleanField(default=True)
     is_default = models.BooleanField(default=False, help_text="Used where no policy or annotation chooses a preset.")
+    priority_class = models.CharField(
+        max_length=253, blank=True, validators=[kube_name_validator],
+        help_text="PriorityClass set on Pods this preset sizes when they name none (beats the namespace policy's). "
+                  "It must exist in the cluster: the API server refuses Pods naming a missing class.",
+    )
 
     class Meta:
         ordering = ["vgpu_memory_mib", "name"]
@@ -154,11 +165,45 @@ class NamespacePolicy(TimestampedModel):
     deny_privileged = models.BooleanField(
         default=True, help_text="Deny GPU Pods with privileged containers (they escape vGPU isolation)."
     )
+    default_queue = models.CharField(
+        max_length=253, blank=True, validators=[kube_name_validator],
+        help_text="Volcano queue set (scheduling.volcano.sh/queue-name) on Pods Volcano schedules that name none.",
+    )
+    # A JSON list of queue names (works on PostgreSQL and SQLite alike); profiles.validation checks each.
+    allowed_queues = models.JSONField(
+        default=list, blank=True,
+        help_text="Volcano queues Pods here may name; empty allows any. The default queue must be one of them.",
+    )
+    priority_class = models.CharField(
+        max_length=253, blank=True, validators=[kube_name_validator],
+        help_text="PriorityClass set on the Pods this policy reaches when they name none (a preset's class beats "
+                  "it). It must exist in the cluster: the API server refuses Pods naming a missing class.",
+    )
+    budget_vgpu_memory_gib = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="vGPU memory budget per namespace, in GiB: a ResourceQuota on requests.volcano.sh/vgpu-memory "
+                  "written by manage.py sync_quotas. Empty: no memory budget.",
+    )
+    budget_vgpu_number = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="vGPU count budget per namespace: a ResourceQuota on requests.volcano.sh/vgpu-number written by "
+                  "manage.py sync_quotas. Empty: no count budget.",
+    )
 
     class Meta:
         ordering = ["namespace"]
         verbose_name_plural = "namespace policies"
         constraints = [
+            models.CheckConstraint(
+                condition=Q(budget_vgpu_memory_gib__isnull=True) | Q(budget_vgpu_memory_gib__gt=0),
+                name="%(app_label)s_%(class)s_budget_memory_positive",
+                violation_error_message="The vGPU memory budget must be at least 1 GiB; leave it empty for none.",
+            ),
+            models.CheckConstraint(
+                condition=Q(budget_vgpu_number__isnull=True) | Q(budget_vgpu_number__gt=0),
+                name="%(app_label)s_%(class)s_budget_number_positive",
+                violation_error_message="The vGPU count budget must be at least 1; leave it empty for none.",
+            ),
             models.CheckConstraint(
                 condition=Q(mode__in=[m.value for m in Mode]),
                 name="%(app_label)s_%(class)s_mode_valid",
@@ -173,6 +218,29 @@ class NamespacePolicy(TimestampedModel):
 
     def __str__(self) -> str:
         return self.namespace
+
+
+class NamespaceQuota(models.Model):
+    """The vGPU ResourceQuota of one namespace as `manage.py sync_quotas` last wrote and read it.
+
+    Written by profiles.quotas only; the dashboard's budgets page reads it. `used` is the quota's
+    status when the command listed it, so it is as old as the last run (the CronJob's interval).
+    """
+
+    namespace = models.CharField(max_length=253, unique=True)
+    policy_namespace = models.CharField(max_length=253, help_text="The policy (namespace or pattern) whose budget it is.")
+    hard = models.JSONField(default=dict, help_text="spec.hard as sync_quotas wants it (resource -> quantity).")
+    status_hard = models.JSONField(default=dict, help_text="status.hard as last read from the cluster.")
+    status_used = models.JSONField(default=dict, help_text="status.used as last read from the cluster.")
+    action = models.CharField(max_length=16, help_text="What the last run did: created, updated, unchanged, failed.")
+    message = models.TextField(blank=True)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["namespace"]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}: {self.action}"
 
 
 class ConfigVersion(models.Model):

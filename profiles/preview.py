@@ -62,5 +62,7 @@ def preview_answer(preview: Preview) -> JsonObject:
         "patch_sent": result.decision is Decision.MUTATED,
         "pod": result.pod,
         "grants": [g.as_dict() for g in result.grants],
+        "queue": result.queue,
+        "priority_class": result.priority_class,
         "config_version": preview.config_version,
     }

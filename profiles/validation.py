@@ -7,13 +7,40 @@ violation is a message, never a 500, and add the rules the engine needs.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from django.db.models import Q
 
 from mutations.engine import Mode, QuantityError, SchedulerScope, parse_quantity
 
-from .models import GpuModel, NamespacePolicy, Preset
+from .models import KUBE_NAME_PATTERN, GpuModel, NamespacePolicy, Preset
+
+_KUBE_NAME = re.compile(KUBE_NAME_PATTERN)
+
+
+def kube_name_problem(value: object, what: str) -> str | None:
+    """Why `value` cannot name a Kubernetes object (a Volcano queue, a PriorityClass); None when it can."""
+    if not isinstance(value, str) or not value:
+        return f"Each {what} is a name (text), got {value!r}."
+    if len(value) > 253 or not _KUBE_NAME.match(value):
+        return (f"{value!r} is not a valid {what}: use lowercase letters, digits, '-' and '.', starting and ending "
+                f"with a letter or digit, at most 253 characters (a Kubernetes object name), e.g. team-a.")
+    return None
+
+
+def _priority_class_problems(value: str) -> list[str]:
+    if not value:
+        return []
+    problem = kube_name_problem(value, "PriorityClass name")
+    if problem:
+        return [problem]
+    if value.startswith("system-"):
+        # Kubernetes reserves the prefix for its own classes, which outrank every workload.
+        return [f"{value!r}: names starting with system- are Kubernetes' own classes (system-cluster-critical, "
+                "system-node-critical) for cluster components; GPU workloads must not preempt them: choose a class "
+                "of your own."]
+    return []
 
 
 def _range_text(low: Decimal | None, high: Decimal | None) -> str:
@@ -98,6 +125,8 @@ def preset_validate(*, preset: Preset) -> dict[str, list[str]]:
             add("max_model_size_b", f"The model-size range {_range_text(low, high)} overlaps enabled preset(s) "
                                     f"{named}; ranges are (smallest, largest] and must not overlap, so each model "
                                     "size has one preset: adjust the range or disable the other preset.")
+    for message in _priority_class_problems(preset.priority_class):
+        add("priority_class", message)
     for field, messages in _quantity_order_problems(preset, "preset's").items():
         problems.setdefault(field, []).extend(messages)
     return problems
@@ -151,6 +180,41 @@ def namespace_policy_validate(*, policy: NamespacePolicy, allowed_presets: list[
         value = getattr(policy, field)
         if value is not None and value < 1:
             add(field, "Must be at least 1; leave it empty for no limit.")
+    for field, unit in (("budget_vgpu_memory_gib", "1 GiB"), ("budget_vgpu_number", "1 vGPU")):
+        value = getattr(policy, field)
+        if value is not None and value < 1:
+            add(field, f"A budget is at least {unit}; leave it empty for no budget.")
+    _queue_problems(policy, add)
+    for message in _priority_class_problems(policy.priority_class):
+        add("priority_class", message)
     for field, messages in _quantity_order_problems(policy, "namespace's default").items():
         problems.setdefault(field, []).extend(messages)
     return problems
+
+
+def _queue_problems(policy: NamespacePolicy, add) -> None:
+    """The default queue and the allowed queues: Kubernetes names, the default among the allowed."""
+    if policy.default_queue:
+        problem = kube_name_problem(policy.default_queue, "Volcano queue name")
+        if problem:
+            add("default_queue", problem)
+    allowed = policy.allowed_queues
+    if allowed in (None, ""):
+        allowed = []
+    if not isinstance(allowed, list):
+        add("allowed_queues", f"Give the allowed queues as a list of names, e.g. [\"team-a\", \"team-a-batch\"]; "
+                              f"got {allowed!r}.")
+        return
+    for name in allowed:
+        problem = kube_name_problem(name, "Volcano queue name")
+        if problem:
+            add("allowed_queues", problem)
+    duplicates = sorted({n for n in allowed if isinstance(n, str) and allowed.count(n) > 1})
+    if duplicates:
+        add("allowed_queues", f"Queue(s) {', '.join(duplicates)} are listed more than once: list each once.")
+    if allowed and not policy.default_queue:
+        add("default_queue", f"With allowed queues ({', '.join(str(n) for n in allowed)}), set a default queue among "
+                             "them: Volcano would put Pods that name no queue in its own 'default' queue.")
+    elif allowed and policy.default_queue not in allowed:
+        add("default_queue", f"The default queue {policy.default_queue} is not among the allowed queues "
+                             f"({', '.join(str(n) for n in allowed)}): add it to them or choose one of them.")

@@ -64,7 +64,7 @@ class PresetSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "description", "vgpu_memory_mib", "vgpu_cores_percent",
             "min_model_size_b", "max_model_size_b", "gpu_model",
-            "cpu_request", "cpu_limit", "memory_request", "memory_limit",
+            "cpu_request", "cpu_limit", "memory_request", "memory_limit", "priority_class",
             "enabled", "is_default", "default_for_policies_count", "allowed_in_policies_count",
             "created_at", "updated_at",
         ]
@@ -91,6 +91,11 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
         help_text="Preset names Pods may use here; empty allows every enabled preset.",
     )
     is_pattern = serializers.SerializerMethodField(help_text="Whether namespace is a pattern such as team-*.")
+    # A list of names, checked one by one by namespace_policy_validate (the model stores JSON).
+    allowed_queues = serializers.ListField(
+        child=serializers.CharField(max_length=253), required=False, max_length=256,
+        help_text="Volcano queues Pods here may name (scheduling.volcano.sh/queue-name); empty allows any.",
+    )
 
     class Meta:
         model = NamespacePolicy
@@ -98,6 +103,7 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
             "id", "namespace", "is_pattern", "description", "mode", "default_preset", "allowed_presets",
             "max_vgpus_per_pod", "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope",
             "cpu_request", "cpu_limit", "memory_request", "memory_limit", "deny_privileged",
+            "default_queue", "allowed_queues", "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number",
             "created_at", "updated_at",
         ]
         read_only_fields = ["created_at", "updated_at"]
@@ -157,4 +163,8 @@ class PodPreviewResponseSerializer(serializers.Serializer):
     )
     pod = serializers.DictField(help_text="The Pod after the patch.")
     grants = ContainerGrantSerializer(many=True)
+    queue = serializers.CharField(
+        allow_null=True, help_text="The Volcano queue the Pod would carry (set by the policy or kept as written).")
+    priority_class = serializers.CharField(
+        allow_null=True, help_text="The PriorityClass the Pod would carry (set by the preset or policy, or kept).")
     config_version = serializers.IntegerField()

@@ -45,6 +45,8 @@ class Command(BaseCommand):
         self.stdout.write(f"policy:   {result.policy}")
         self.stdout.write(f"preset:   {result.preset or '-'}"
                           + (f" (chosen by {result.source})" if result.source else ""))
+        self.stdout.write(f"queue:    {result.queue or '-'}")
+        self.stdout.write(f"priority: {result.priority_class or '-'}")
         self.stdout.write(f"config:   version {preview.config_version}")
         for warning in result.warnings:
             self.stdout.write(f"warning:  {warning}")
