@@ -16,14 +16,18 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
 VENV_BIN = Path(sys.executable).parent
 
-# Every kustomization an operator may apply: the two overlays, and production with
-# each optional component (the combinations are generated in a temporary directory).
+# Every kustomization an operator may apply: the two overlays, and production (or trial) with
+# optional components (the combinations are generated in a temporary directory).
 OVERLAYS = ["overlays/production", "overlays/trial"]
 COMPONENT_COMBINATIONS = [
     ("components/all-pods",),
     ("components/fail-closed",),
     ("components/all-pods", "components/fail-closed"),
     ("components/mtls",),
+    ("components/quotas",),
+]
+TRIAL_COMPONENT_COMBINATIONS = [
+    ("components/quotas",),
 ]
 
 
@@ -65,19 +69,22 @@ def kustomize_build(kubectl: str, directory: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
-def write_combination(tmp_dir: Path, components: tuple[str, ...]) -> Path:
-    """Write a kustomization that is production plus the given components."""
+def write_combination(tmp_dir: Path, components: tuple[str, ...], overlay: str = "overlays/production") -> Path:
+    """Write a kustomization that is an overlay plus the given components.
+
+    The overlay's `images` are repeated at this level, as when an operator lists the components in the
+    overlay itself: they then also reach the workloads a component adds."""
     tmp_dir.mkdir(parents=True, exist_ok=True)
     rel = os.path.relpath(DEPLOY_DIR, tmp_dir)  # kustomize refuses absolute paths
-    lines = [
-        "apiVersion: kustomize.config.k8s.io/v1beta1",
-        "kind: Kustomization",
-        "resources:",
-        f"  - {rel}/overlays/production",
-        "components:",
-        *[f"  - {rel}/{component}" for component in components],
-    ]
-    (tmp_dir / "kustomization.yaml").write_text("\n".join(lines) + "\n")
+    images = yaml.safe_load((DEPLOY_DIR / overlay / "kustomization.yaml").read_text()).get("images")
+    document = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [f"{rel}/{overlay}"],
+        "components": [f"{rel}/{component}" for component in components],
+        **({"images": images} if images else {}),
+    }
+    (tmp_dir / "kustomization.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     return tmp_dir
 
 
@@ -85,10 +92,12 @@ def write_combination(tmp_dir: Path, components: tuple[str, ...]) -> Path:
 def builds(kubectl, tmp_path_factory) -> dict[str, list[dict]]:
     """Every kustomization an operator may apply, built once: name -> objects."""
     result = {name: kustomize_build(kubectl, DEPLOY_DIR / name) for name in OVERLAYS}
-    for components in COMPONENT_COMBINATIONS:
-        name = "overlays/production+" + "+".join(c.split("/")[-1] for c in components)
-        directory = write_combination(tmp_path_factory.mktemp("kustomize"), components)
-        result[name] = kustomize_build(kubectl, directory)
+    for overlay, combinations in (("overlays/production", COMPONENT_COMBINATIONS),
+                                  ("overlays/trial", TRIAL_COMPONENT_COMBINATIONS)):
+        for components in combinations:
+            name = f"{overlay}+" + "+".join(c.split("/")[-1] for c in components)
+            directory = write_combination(tmp_path_factory.mktemp("kustomize"), components, overlay)
+            result[name] = kustomize_build(kubectl, directory)
     return result
 
 

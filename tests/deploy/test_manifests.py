@@ -25,7 +25,11 @@ BUILD_NAMES = [
     "overlays/production+fail-closed",
     "overlays/production+all-pods+fail-closed",
     "overlays/production+mtls",
+    "overlays/production+quotas",
+    "overlays/trial+quotas",
 ]
+QUOTA_BUILDS = ["overlays/production+quotas", "overlays/trial+quotas"]
+QUOTA_JOB = "volcano-injector-quotas"
 
 
 @pytest.fixture(params=BUILD_NAMES)
@@ -108,7 +112,7 @@ def test_cert_manager_objects_have_their_required_fields(build):
 
 def test_every_namespaced_object_is_in_the_injector_namespace(build):
     name, objects = build
-    cluster_scoped = {"Namespace", "MutatingWebhookConfiguration"}
+    cluster_scoped = {"Namespace", "MutatingWebhookConfiguration", "ClusterRole", "ClusterRoleBinding"}
     for obj in objects:
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"]
@@ -387,7 +391,7 @@ def test_secrets_reach_the_app_as_files(build):
         assert volume in secret_volumes, env_name
         secret_name = secret_volumes[volume]
         generated = [o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == secret_name]
-        if name == "overlays/trial":
+        if name.startswith("overlays/trial"):
             assert generated and key in generated[0]["data"], f"trial generates {secret_name}"
         else:
             # production: the operator creates these Secrets (deploy/README.md)
@@ -442,6 +446,77 @@ def test_retention_runs_nightly_with_the_webhooks_image_settings_and_secrets(bui
     job_volumes = {v["name"]: v for v in job_pod["volumes"]}
     for path in ("/tmp", image_env()["PROMETHEUS_MULTIPROC_DIR"]):
         assert "emptyDir" in job_volumes[job_mounts[path]], path
+
+
+@pytest.mark.parametrize("name", QUOTA_BUILDS)
+def test_quota_job_runs_sync_quotas_with_the_webhooks_image_settings_and_secrets(builds, name):
+    objects = builds[name]
+    cron = find_object(objects, "CronJob", QUOTA_JOB)
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    assert cron["spec"]["schedule"] == "*/5 * * * *"  # deploy/README.md and the README say "within 5 minutes"
+    job_pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (sync,) = job_pod["containers"]
+    assert sync["command"] == ["python", "manage.py", "sync_quotas"]
+    assert (REPO_ROOT / "profiles" / "management" / "commands" / "sync_quotas.py").is_file()
+    webhook = injector_container(objects)
+    assert sync["image"] == webhook["image"]
+    assert sync["envFrom"] == webhook["envFrom"]
+    # the database and Django Secrets, at the same paths, named by the same *_FILE variables
+    job_secrets = {v["name"]: v["secret"]["secretName"] for v in job_pod["volumes"] if "secret" in v}
+    webhook_secrets = {v["name"]: v["secret"]["secretName"]
+                       for v in deployment(objects)["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+    job_mounts = {m["mountPath"]: m["name"] for m in sync["volumeMounts"]}
+    webhook_mounts = {m["mountPath"]: m["name"] for m in webhook["volumeMounts"]}
+    assert {e["name"] for e in sync["env"]} == {"DJANGO_SECRET_KEY_FILE", "DATABASE_URL_FILE"}
+    for e in sync["env"]:
+        assert env_value(webhook, e["name"]) == e["value"]
+        directory = posixpath.dirname(e["value"])
+        assert job_secrets[job_mounts[directory]] == webhook_secrets[webhook_mounts[directory]]
+
+
+@pytest.mark.parametrize("name", QUOTA_BUILDS)
+def test_only_the_quota_job_gets_an_api_token_and_for_its_own_service_account(builds, name):
+    objects = builds[name]
+    job_pod = find_object(objects, "CronJob", QUOTA_JOB)["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    account = find_object(objects, "ServiceAccount", job_pod["serviceAccountName"])
+    assert account["metadata"]["namespace"] == NAMESPACE
+    (token,) = [v for v in job_pod["volumes"] if "projected" in v]
+    sources = token["projected"]["sources"]
+    assert any(s.get("serviceAccountToken", {}).get("expirationSeconds", 0) <= 3600 for s in sources)
+    mounts = {m["mountPath"]: m["name"] for m in job_pod["containers"][0]["volumeMounts"]}
+    # where the kubernetes client's in-cluster configuration reads it (injector_site/kube.py)
+    assert mounts["/var/run/secrets/kubernetes.io/serviceaccount"] == token["name"]
+    for other, pod_spec in pod_specs(objects):
+        if other != QUOTA_JOB:
+            assert not any("projected" in v for v in pod_spec.get("volumes", [])), other
+            assert pod_spec.get("serviceAccountName") != account["metadata"]["name"], other
+
+
+@pytest.mark.parametrize("name", QUOTA_BUILDS)
+def test_quota_rbac_reaches_only_namespaces_and_its_own_quotas(builds, name):
+    objects = builds[name]
+    role = find_object(objects, "ClusterRole", QUOTA_JOB)
+    granted = set()
+    for rule in role["rules"]:
+        assert rule["apiGroups"] == [""]
+        assert "*" not in rule["resources"] and "*" not in rule["verbs"]
+        for resource in rule["resources"]:
+            for verb in rule["verbs"]:
+                granted.add((resource, verb, tuple(rule.get("resourceNames", ()))))
+    assert granted == {
+        ("namespaces", "list", ()), ("resourcequotas", "list", ()), ("resourcequotas", "create", ()),
+        ("resourcequotas", "update", ("volcano-injector-vgpu",)), ("resourcequotas", "delete", ("volcano-injector-vgpu",)),
+    }
+    binding = find_object(objects, "ClusterRoleBinding", QUOTA_JOB)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": QUOTA_JOB}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": QUOTA_JOB, "namespace": NAMESPACE}]
+
+
+def test_builds_without_the_quota_component_grant_no_api_access(build):
+    name, objects = build
+    if name in QUOTA_BUILDS:
+        return
+    assert not [o for o in objects if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
 
 
 def test_allowed_hosts_cover_the_services_and_the_pod_ip(build):
