@@ -84,7 +84,10 @@ def quotas_sync(*, api, policies: tuple[PolicySpec, ...], dry_run: bool = False)
         try:
             outcomes.append(_sync_one(api, name, policy, hard, existing, dry_run))
         except ApiException as exc:
-            outcomes.append(QuotaOutcome(name, "failed", policy.namespace, hard, message=_api_error(exc, name)))
+            failed = QuotaOutcome(name, "failed", policy.namespace, hard, message=_api_error(exc, name))
+            if existing is not None:  # what the cluster holds is still what the list said
+                _read_status(failed, existing)
+            outcomes.append(failed)
     for policy in policies:
         if not policy.is_pattern and quota_hard(policy) and policy.namespace not in listed:
             outcomes.append(QuotaOutcome(policy.namespace, "waiting", policy.namespace, quota_hard(policy),
@@ -200,13 +203,9 @@ def namespace_quotas_store(*, outcomes: list[QuotaOutcome]) -> None:
         if outcome.action == "deleted":
             continue
         kept.append(outcome.namespace)
-        previous = NamespaceQuota.objects.filter(namespace=outcome.namespace).first()
-        # A failed update keeps the status the previous run read: it still describes the cluster.
-        status_hard = outcome.status_hard or (previous.status_hard if previous and outcome.action == "failed" else {})
-        status_used = outcome.status_used or (previous.status_used if previous and outcome.action == "failed" else {})
         NamespaceQuota.objects.update_or_create(namespace=outcome.namespace, defaults={
-            "policy_namespace": outcome.policy, "hard": outcome.hard, "status_hard": status_hard,
-            "status_used": status_used, "action": outcome.action, "message": outcome.message[:2000],
+            "policy_namespace": outcome.policy, "hard": outcome.hard, "status_hard": outcome.status_hard,
+            "status_used": outcome.status_used, "action": outcome.action, "message": outcome.message[:2000],
             "synced_at": now,
         })
     NamespaceQuota.objects.exclude(namespace__in=kept).delete()

@@ -190,6 +190,19 @@ def test_quota_of_the_same_name_that_is_not_ours_is_left_alone(api):
     assert "does not manage" in message and "rename or delete it" in message
 
 
+def test_quota_changed_by_someone_during_the_run_is_left_for_the_next_run(api):
+    NamespacePolicy.objects.create(namespace="team-b", budget_vgpu_memory_gib=80)
+    api.on("GET", QUOTAS, "resourcequotas-ours")
+    api.on("PUT", quota_path("team-b", "volcano-injector-vgpu"), "status-quota-conflict-team-b", status=409)
+    api.on("DELETE", quota_path("legacy", "volcano-injector-vgpu"), "resourcequota-deleted-legacy")
+    api.on("DELETE", quota_path("team-c", "volcano-injector-vgpu"), "resourcequota-deleted-legacy")
+    with pytest.raises(CommandError, match="team-b"):
+        sync()
+    row = NamespaceQuota.objects.get(namespace="team-b")
+    assert row.action == "failed" and "the next run retries" in row.message
+    assert row.status_used == {MEMORY: "16384"}  # what the listed quota said: still the cluster's state
+
+
 def test_dry_run_changes_and_records_nothing(cluster):
     output = sync("--dry-run")
     assert writes(cluster) == []
@@ -204,6 +217,16 @@ def test_missing_permission_names_the_component_that_grants_it(api):
         sync()
     assert 'cannot list resource "namespaces"' in str(caught.value)
     assert "deploy/components/quotas" in str(caught.value)
+
+
+def test_permission_refused_in_one_namespace_fails_that_namespace_naming_the_component(api):
+    NamespacePolicy.objects.create(namespace="team-a", budget_vgpu_number=8)
+    api.on("GET", QUOTAS, "resourcequotas-none")
+    api.on("POST", quota_path("team-a"), "status-forbidden-create-quota-team-a", status=403)
+    with pytest.raises(CommandError, match="team-a"):
+        sync()
+    message = NamespaceQuota.objects.get(namespace="team-a").message
+    assert 'cannot create resource "resourcequotas"' in message and "deploy/components/quotas" in message
 
 
 def test_unreachable_api_server_is_an_error_naming_it(tmp_path, monkeypatch):
