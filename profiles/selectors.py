@@ -7,9 +7,17 @@ import difflib
 import yaml
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from mutations.engine import JsonObject, PolicySpec, is_namespace_pattern, select_policy
+from mutations.engine import (
+    JsonObject,
+    PolicySpec,
+    QuantityError,
+    is_namespace_pattern,
+    parse_quantity,
+    select_policy,
+)
 
-from .models import GpuModel, NamespacePolicy, Preset
+from .models import GpuModel, NamespacePolicy, NamespaceQuota, Preset
+from .quotas import MEMORY_KEY, NUMBER_KEY
 
 
 def preset_list() -> QuerySet[Preset]:
@@ -71,3 +79,30 @@ def configuration_names() -> dict[str, list[str]]:
         "namespaces": [n for n in NamespacePolicy.objects.order_by("namespace").values_list("namespace", flat=True)
                        if not is_namespace_pattern(n)],
     }
+
+
+def namespace_quota_list() -> list[dict]:
+    """Each budgeted namespace's quota as sync_quotas last saw it, with used/hard per resource (one query)."""
+    rows = []
+    for row in NamespaceQuota.objects.all():
+        rows.append({
+            "namespace": row.namespace, "policy": row.policy_namespace, "action": row.action,
+            "message": row.message, "synced_at": row.synced_at,
+            "memory_gib": _usage(row, MEMORY_KEY, per_unit=1024), "vgpus": _usage(row, NUMBER_KEY),
+        })
+    return rows
+
+
+def _usage(row: NamespaceQuota, key: str, *, per_unit: int = 1) -> dict | None:
+    """used/hard of one resource (hard as enforced if read, else as wanted), in display units; None if unbudgeted."""
+    hard_text = row.status_hard.get(key) or row.hard.get(key)
+    if hard_text is None:
+        return None
+    try:
+        hard = parse_quantity(hard_text) / per_unit
+        used = parse_quantity(row.status_used[key]) / per_unit if key in row.status_used else None
+    except QuantityError:
+        return None
+    percent = float(used / hard * 100) if used is not None and hard else None
+    return {"hard": float(hard), "used": float(used) if used is not None else None, "percent": percent,
+            "full": used is not None and used >= hard}

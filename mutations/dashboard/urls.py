@@ -10,4 +10,5 @@ urlpatterns = [
     path("history/", views.history, name="history"),
     path("history.csv", views.export_csv, name="export"),
     path("admissions/<int:audit_id>/", views.detail, name="detail"),
+    path("budgets/", views.budgets, name="budgets"),
 ]

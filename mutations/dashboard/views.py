@@ -13,12 +13,13 @@ from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from profiles.selectors import configuration_names
+from profiles.selectors import configuration_names, namespace_quota_list
 
 from ..audit import audit_backlog_rows, audit_rollup_refresh, selectors
 from ..audit.filters import AuditFilter
 from ..engine import Decision
 from ..engine.jsonpatch import unescape
+from ..engine.scheduling import QUEUE_ANNOTATION
 from ..models import AdmissionAudit
 from . import charts
 from .resources import resources_side_by_side
@@ -122,9 +123,18 @@ def detail(request, audit_id: int):
     context = _context(
         request, row=row, containers=resources_side_by_side(row=row),
         patch_json=json.dumps(row.patch, indent=2), annotations=_applied_annotations(row.patch),
-        problem=row.decision in selectors.PROBLEM_DECISIONS,
+        scheduling=scheduling_from_patch(row.patch), problem=row.decision in selectors.PROBLEM_DECISIONS,
     )
     return render(request, "dashboard/detail.html", context)
+
+
+@require_GET
+@staff_member_required
+def budgets(request):
+    """Each budgeted namespace's ResourceQuota: used and hard as `manage.py sync_quotas` last read them."""
+    quotas = namespace_quota_list()
+    return render(request, "dashboard/budgets.html", _context(
+        request, quotas=quotas, synced_at=max((q["synced_at"] for q in quotas), default=None)))
 
 
 @require_GET
@@ -170,17 +180,35 @@ def gib(mib: int | Decimal | None) -> float:
     return round(float(mib or 0) / 1024, 1)
 
 
-def _applied_annotations(patch: list) -> dict[str, str]:
-    """The volcano-injector.io/applied-* annotations the patch sets: the decision as the Pod carries it."""
+def _annotations_set(patch: list) -> dict[str, str]:
+    """Every annotation the patch adds or replaces, by key."""
     found: dict[str, str] = {}
     for op in patch or []:
         if not isinstance(op, dict) or op.get("op") not in ("add", "replace"):
             continue
         path, value = op.get("path", ""), op.get("value")
         if path == "/metadata/annotations" and isinstance(value, dict):
-            found.update({k: str(v) for k, v in value.items() if k.startswith("volcano-injector.io/")})
+            found.update({k: str(v) for k, v in value.items()})
         elif path.startswith("/metadata/annotations/"):
-            key = unescape(path.rsplit("/", 1)[1])
-            if key.startswith("volcano-injector.io/"):
-                found[key] = str(value)
+            found[unescape(path.rsplit("/", 1)[1])] = str(value)
     return found
+
+
+def _applied_annotations(patch: list) -> dict[str, str]:
+    """The volcano-injector.io/applied-* annotations the patch sets: the decision as the Pod carries it."""
+    return {k: v for k, v in _annotations_set(patch).items() if k.startswith("volcano-injector.io/")}
+
+
+def scheduling_from_patch(patch: list) -> dict:
+    """The Volcano queue and PriorityClass the webhook set, read from the row's patch (None: left as it was).
+
+    The audit row keeps no column for them: the patch is the record of what the webhook changed, and
+    the warnings say what it kept as written.
+    """
+    ops = {op.get("path"): op for op in patch or [] if isinstance(op, dict)}
+    priority = ops.get("/spec/priorityClassName")
+    return {
+        "queue": _annotations_set(patch).get(QUEUE_ANNOTATION),
+        "priority_class": priority.get("value") if priority and priority.get("op") in ("add", "replace") else None,
+        "priority_cleared": (ops.get("/spec/priority") or {}).get("op") == "remove",
+    }
