@@ -134,3 +134,29 @@ def test_mutate_denies_a_disallowed_queue_and_audits_why(post_review):
     assert answer["allowed"] is False and "team-b" in answer["status"]["message"]
     row = AdmissionAudit.objects.get()
     assert row.decision == "denied" and row.field == f"metadata.annotations[{QUEUE}]"
+
+
+def test_mutate_patch_makes_the_api_server_store_the_class_value(post_review):
+    from tests.support.kube import admit
+
+    NamespacePolicy.objects.create(namespace="team-a", default_queue="team-a", priority_class="team-a-normal")
+    pod = pods.vllm_deployment_pod()  # as the API server sends it: priority 0 from the Priority plugin
+    body = post_review(pods.review(pod)).json()
+    stored = admit(pod, body, priority_classes={"team-a-normal": {"value": 1000}})
+    assert stored["spec"]["priorityClassName"] == "team-a-normal" and stored["spec"]["priority"] == 1000
+    assert stored["metadata"]["annotations"][QUEUE] == "team-a"
+
+
+def test_preview_pod_command_prints_the_queue_and_class(tmp_path):
+    import io
+
+    from django.core.management import call_command
+
+    from profiles.selectors import pod_yaml
+
+    NamespacePolicy.objects.create(namespace="team-a", default_queue="team-a", priority_class="team-a-normal")
+    path = tmp_path / "pod.yaml"
+    path.write_text(pod_yaml(pod=pods.vllm_deployment_pod()))
+    out = io.StringIO()
+    call_command("preview_pod", str(path), "--namespace", "team-a", stdout=out)
+    assert "queue:    team-a" in out.getvalue() and "priority: team-a-normal" in out.getvalue()
