@@ -8,6 +8,10 @@ imported here only, so processes that never call the API (the webhook) never loa
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, CoreV1Api
 
 # Every call gives up after this long: a CronJob run must end, not hang on a dead connection.
 REQUEST_TIMEOUT_SECONDS = 30
@@ -17,7 +21,7 @@ class KubeConfigError(Exception):
     """No way to reach the API server: neither in a Pod nor with a readable kubeconfig."""
 
 
-def kube_api_client(*, kubeconfig: str | None = None, context: str | None = None):
+def kube_api_client(*, kubeconfig: str | None = None, context: str | None = None) -> ApiClient:
     """A `kubernetes.client.ApiClient`: in-cluster when running in a Pod, else from the kubeconfig."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
@@ -26,10 +30,13 @@ def kube_api_client(*, kubeconfig: str | None = None, context: str | None = None
     in_pod = os.environ.get("KUBERNETES_SERVICE_HOST") and kubeconfig is None
     try:
         if in_pod:
-            config.load_incluster_config(client_configuration=configuration)
+            # kubernetes.config is not annotated (its client package is)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
-            config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG") or None, context=context,
-                                    client_configuration=configuration, persist_config=False)
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig or os.environ.get("KUBECONFIG") or None, context=context,
+                client_configuration=configuration, persist_config=False,
+            )
     except (ConfigException, OSError) as exc:
         where = "the Pod's service account" if in_pod else (kubeconfig or os.environ.get("KUBECONFIG")
                                                            or "~/.kube/config")
@@ -37,7 +44,7 @@ def kube_api_client(*, kubeconfig: str | None = None, context: str | None = None
     return client.ApiClient(configuration)
 
 
-def kube_core_api(api_client=None):
+def kube_core_api(api_client: ApiClient | None = None) -> CoreV1Api:
     """The core/v1 API (namespaces, resource quotas, Pods) on a client from kube_api_client()."""
     from kubernetes import client
 

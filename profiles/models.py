@@ -20,7 +20,8 @@ namespace_pattern_validator = RegexValidator(
 KUBE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 kube_name_validator = RegexValidator(
     KUBE_NAME_PATTERN,
-    "Enter a Kubernetes object name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit.",
+    "Enter a Kubernetes object name: lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+    "digit.",
 )
 
 
@@ -228,7 +229,8 @@ class NamespaceQuota(models.Model):
     """
 
     namespace = models.CharField(max_length=253, unique=True)
-    policy_namespace = models.CharField(max_length=253, help_text="The policy (namespace or pattern) whose budget it is.")
+    policy_namespace = models.CharField(max_length=253,
+                                        help_text="The policy (namespace or pattern) whose budget it is.")
     hard = models.JSONField(default=dict, help_text="spec.hard as sync_quotas wants it (resource -> quantity).")
     status_hard = models.JSONField(default=dict, help_text="status.hard as last read from the cluster.")
     status_used = models.JSONField(default=dict, help_text="status.used as last read from the cluster.")

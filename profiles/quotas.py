@@ -11,8 +11,11 @@ changed or deleted; ours are deleted when the budget goes.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -21,6 +24,9 @@ from injector_site.kube import REQUEST_TIMEOUT_SECONDS
 from mutations.engine import PolicySpec, select_policy
 
 from .models import NamespaceQuota
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiException, CoreV1Api, V1ResourceQuota
 
 logger = logging.getLogger("volcano_injector.quotas")
 
@@ -61,7 +67,7 @@ def quota_hard(policy: PolicySpec) -> dict[str, str]:
     return hard
 
 
-def quotas_sync(*, api, policies: tuple[PolicySpec, ...], dry_run: bool = False) -> list[QuotaOutcome]:
+def quotas_sync(*, api: CoreV1Api, policies: tuple[PolicySpec, ...], dry_run: bool = False) -> list[QuotaOutcome]:
     """Create, update or delete our ResourceQuota in every namespace; `api` is a kubernetes CoreV1Api."""
     from kubernetes.client import ApiException
 
@@ -96,7 +102,8 @@ def quotas_sync(*, api, policies: tuple[PolicySpec, ...], dry_run: bool = False)
     return sorted(outcomes, key=lambda o: o.namespace)
 
 
-def _sync_one(api, namespace: str, policy: PolicySpec, hard: dict[str, str], existing, dry_run: bool) -> QuotaOutcome:
+def _sync_one(api: CoreV1Api, namespace: str, policy: PolicySpec, hard: dict[str, str],
+              existing: V1ResourceQuota | None, dry_run: bool) -> QuotaOutcome:
     if not hard:
         if not dry_run:
             api.delete_namespaced_resource_quota(QUOTA_NAME, namespace, _request_timeout=REQUEST_TIMEOUT_SECONDS)
@@ -111,12 +118,13 @@ def _sync_one(api, namespace: str, policy: PolicySpec, hard: dict[str, str], exi
             _read_status(outcome, created)
         return outcome
     _read_status(outcome, existing)
-    annotations = existing.metadata.annotations or {}
-    if (existing.spec.hard or {}) == hard and annotations.get(POLICY_ANNOTATION) == policy.namespace:
+    annotations = (existing.metadata.annotations if existing.metadata else None) or {}
+    current = (existing.spec.hard if existing.spec else None) or {}
+    if current == hard and annotations.get(POLICY_ANNOTATION) == policy.namespace:
         outcome.action = "unchanged"
         return outcome
     outcome.action = "updated"
-    outcome.message = f"hard was {existing.spec.hard or {}}"
+    outcome.message = f"hard was {current}"
     if not dry_run:
         # A replace with the resourceVersion we read: a concurrent change makes it fail (409), never lost.
         body = _quota(namespace, policy, hard, existing=existing)
@@ -126,7 +134,8 @@ def _sync_one(api, namespace: str, policy: PolicySpec, hard: dict[str, str], exi
     return outcome
 
 
-def _quota(namespace: str, policy: PolicySpec, hard: dict[str, str], existing=None):
+def _quota(namespace: str, policy: PolicySpec, hard: dict[str, str],
+           existing: V1ResourceQuota | None = None) -> V1ResourceQuota:
     from kubernetes import client
 
     metadata = existing.metadata if existing is not None else None
@@ -142,17 +151,18 @@ def _quota(namespace: str, policy: PolicySpec, hard: dict[str, str], existing=No
     )
 
 
-def _read_status(outcome: QuotaOutcome, quota) -> None:
+def _read_status(outcome: QuotaOutcome, quota: V1ResourceQuota) -> None:
     status = quota.status
     outcome.status_hard = dict((status.hard or {}) if status else {})
     outcome.status_used = dict((status.used or {}) if status else {})
 
 
-def _list_all(method, what: str, **kwargs) -> list:
+def _list_all(method: Callable[..., Any], what: str, **kwargs: str) -> list[Any]:
     """Every item of a list call, page by page."""
     from kubernetes.client import ApiException
 
-    items, token = [], None
+    items: list[Any] = []
+    token = None
     while True:
         try:
             page = method(limit=PAGE_SIZE, _continue=token, _request_timeout=REQUEST_TIMEOUT_SECONDS, **kwargs)
@@ -164,11 +174,8 @@ def _list_all(method, what: str, **kwargs) -> list:
             return items
 
 
-def _api_error(exc, namespace: str | None) -> str:
+def _api_error(exc: ApiException, namespace: str | None) -> str:
     """An ApiException as an operator reads it: the status, the server's message, and what to do."""
-    from kubernetes.client import ApiException
-
-    assert isinstance(exc, ApiException)
     message = _status_message(exc)
     if exc.status == 403:
         return (f"forbidden: {message} (the sync_quotas service account lacks this permission: apply "
@@ -185,11 +192,9 @@ def _api_error(exc, namespace: str | None) -> str:
     return f"HTTP {exc.status}: {message}"
 
 
-def _status_message(exc) -> str:
-    import json
-
+def _status_message(exc: ApiException) -> str:
     try:
-        return json.loads(exc.body)["message"]
+        return str(json.loads(exc.body or "")["message"])
     except (TypeError, ValueError, KeyError):
         return str(exc.reason or exc.body or "no message")
 

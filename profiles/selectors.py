@@ -81,7 +81,7 @@ def configuration_names() -> dict[str, list[str]]:
     }
 
 
-def namespace_quota_list() -> list[dict]:
+def namespace_quota_list() -> list[JsonObject]:
     """Each budgeted namespace's quota as sync_quotas last saw it, with used/hard per resource (one query)."""
     rows = []
     for row in NamespaceQuota.objects.all():
@@ -93,7 +93,7 @@ def namespace_quota_list() -> list[dict]:
     return rows
 
 
-def _usage(row: NamespaceQuota, key: str, *, per_unit: int = 1) -> dict | None:
+def _usage(row: NamespaceQuota, key: str, *, per_unit: int = 1) -> JsonObject | None:
     """used/hard of one resource (hard as enforced if read, else as wanted), in display units; None if unbudgeted."""
     hard_text = row.status_hard.get(key) or row.hard.get(key)
     if hard_text is None:

@@ -37,9 +37,9 @@ def _priority_class_problems(value: str) -> list[str]:
         return [problem]
     if value.startswith("system-"):
         # Kubernetes reserves the prefix for its own classes, which outrank every workload.
-        return [f"{value!r}: names starting with system- are Kubernetes' own classes (system-cluster-critical, "
-                "system-node-critical) for cluster components; GPU workloads must not preempt them: choose a class "
-                "of your own."]
+        return [(f"{value!r}: names starting with system- are Kubernetes' own classes (system-cluster-critical, "
+                 "system-node-critical) for cluster components; GPU workloads must not preempt them: choose a class "
+                 "of your own.")]
     return []
 
 

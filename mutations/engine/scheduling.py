@@ -20,7 +20,7 @@ from __future__ import annotations
 from .annotations import annotation_read
 from .denial import Denial
 from .pod import Container, resource_map
-from .specs import VGPU_MEMORY, VGPU_NUMBER, PolicySpec, PresetSpec
+from .specs import VGPU_MEMORY, VGPU_NUMBER, JsonObject, PolicySpec, PresetSpec
 
 QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 POD_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -30,7 +30,7 @@ JOB_QUEUE_ANNOTATION = "volcano.sh/queue-name"
 PRIORITY_FIELDS = ("priority", "preemptionPolicy")
 
 
-def queue_apply(*, pod: dict, policy: PolicySpec, warnings: list[str]) -> str | None:
+def queue_apply(*, pod: JsonObject, policy: PolicySpec, warnings: list[str]) -> str | None:
     """Check the queue a Volcano-scheduled Pod names against the policy, or set the default; the Pod's queue."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if annotations.get(POD_GROUP_ANNOTATION):
@@ -69,11 +69,14 @@ def _queue_hint(policy: PolicySpec) -> str:
     return f"name a Volcano queue in {QUEUE_ANNOTATION}{default}"
 
 
-def priority_class_apply(*, pod: dict, policy: PolicySpec, preset: PresetSpec | None,
+def priority_class_apply(*, pod: JsonObject, policy: PolicySpec, preset: PresetSpec | None,
                          warnings: list[str]) -> str | None:
     """Set the preset's (else the policy's) PriorityClass on a Pod that chose none; the Pod's class."""
     spec, metadata = pod["spec"], pod.get("metadata") or {}
     current = spec.get("priorityClassName") or None
+    if not isinstance(current, str | None):
+        raise Denial("spec.priorityClassName", "spec.priorityClassName must be a string (a PriorityClass name)")
+    wanted: str | None
     if preset is not None and preset.priority_class:
         wanted, origin = preset.priority_class, f"preset {preset.name}"
     else:
@@ -98,7 +101,7 @@ def priority_class_apply(*, pod: dict, policy: PolicySpec, preset: PresetSpec | 
     return wanted
 
 
-def spec_fields_written(metadata: dict) -> frozenset[str] | None:
+def spec_fields_written(metadata: JsonObject) -> frozenset[str] | None:
     """The `spec` fields the Pod's creator wrote, from metadata.managedFields; None when it does not say.
 
     The API server records the creator's fields before admission runs, so a field that admission

@@ -505,7 +505,8 @@ def test_quota_rbac_reaches_only_namespaces_and_its_own_quotas(builds, name):
                 granted.add((resource, verb, tuple(rule.get("resourceNames", ()))))
     assert granted == {
         ("namespaces", "list", ()), ("resourcequotas", "list", ()), ("resourcequotas", "create", ()),
-        ("resourcequotas", "update", ("volcano-injector-vgpu",)), ("resourcequotas", "delete", ("volcano-injector-vgpu",)),
+        ("resourcequotas", "update", ("volcano-injector-vgpu",)),
+        ("resourcequotas", "delete", ("volcano-injector-vgpu",)),
     }
     binding = find_object(objects, "ClusterRoleBinding", QUOTA_JOB)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": QUOTA_JOB}

@@ -162,7 +162,7 @@ def test_namespace_deleted_during_the_run_fails_alone_and_the_run_says_so(api):
     api.on("GET", QUOTAS, "resourcequotas-none")
     api.on("POST", quota_path("team-d"), "status-namespace-not-found-team-d", status=404)
     api.on("POST", quota_path("team-a"), "resourcequota-created-team-a", status=201)
-    with pytest.raises(CommandError, match="1 namespace.* failed: team-d"):
+    with pytest.raises(CommandError, match=r"1 namespace\(s\) failed: team-d"):
         sync()
     failed = NamespaceQuota.objects.get(namespace="team-d")
     assert failed.action == "failed" and 'namespaces "team-d" not found' in failed.message
