@@ -12,7 +12,6 @@ changed or deleted; ours are deleted when the budget goes.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,8 +26,6 @@ from .models import NamespaceQuota
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiException, CoreV1Api, V1ResourceQuota
-
-logger = logging.getLogger("volcano_injector.quotas")
 
 QUOTA_NAME = "volcano-injector-vgpu"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "volcano-injector")

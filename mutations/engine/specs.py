@@ -145,10 +145,6 @@ class PolicySpec:
     def allows_queue(self, queue: str) -> bool:
         return not self.allowed_queues or queue in self.allowed_queues
 
-    @property
-    def has_budget(self) -> bool:
-        return self.budget_vgpu_memory_gib is not None or self.budget_vgpu_number is not None
-
 
 BUILTIN_POLICY = PolicySpec(namespace="(built-in defaults)")
 
