@@ -182,7 +182,8 @@ def _django_app_loaded() -> bool:
 
 
 def post_worker_init(worker) -> None:
-    """Freeze the loaded app's objects out of the garbage collector, then start the audit writer.
+    """Freeze the loaded app's objects out of the garbage collector, export the certificate's expiry,
+    then start the audit writer.
 
     Every full collection walked the few hundred thousand long-lived objects of Django, DRF and the
     app, a pause of milliseconds in some admission (docs/benchmarks.md); gc.freeze() moves them to a
@@ -192,10 +193,27 @@ def post_worker_init(worker) -> None:
 
     gc.collect()
     gc.freeze()
+    if _tls_files is not None:
+        _certificate_expiry_export()
     if _django_app_loaded():
         from mutations.audit import audit_writer_start
 
         audit_writer_start()
+
+
+def _certificate_expiry_export() -> None:
+    """Export when the served certificates expire, from this worker's TLS context, now and after each reload.
+
+    Set here, in the worker, never in the master: a metric value the master created would be copied
+    into every worker's file at 0 (prometheus_client resets inherited values after a fork).
+    """
+    from mutations.metrics import TLS_CERTIFICATE_EXPIRY
+
+    def publish(expiries: dict[str, float]) -> None:
+        for certificate, expires_at in expiries.items():
+            TLS_CERTIFICATE_EXPIRY.labels(certificate).set(expires_at)
+
+    ssl_context.on_load(publish)
 
 
 def worker_exit(server, worker) -> None:

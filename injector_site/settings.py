@@ -249,6 +249,9 @@ INJECTOR_MUTATE_REQUIRES_CLIENT_CERT = bool(env_list("TLS_CLIENT_CA_FILE"))
 INJECTOR_REPLICA = env("POD_NAME") or socket.gethostname()
 # Bearer token that /metrics requires when set.
 METRICS_TOKEN = env("METRICS_TOKEN", "") or ""
+# The most namespaces one process labels the vGPU-granted metrics with; later ones are counted as
+# namespace="_other". 0 drops the label's values (every namespace is "_all"), for very large clusters.
+INJECTOR_METRICS_MAX_NAMESPACES = env_int("INJECTOR_METRICS_MAX_NAMESPACES", 500, minimum=0)
 # Audit rows older than this are removed by `manage.py prune_audit` without --older-than.
 AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 90)
 

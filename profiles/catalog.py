@@ -29,6 +29,7 @@ from mutations.engine import (
     select_policy,
 )
 
+from .metrics import CONFIG_UNREADABLE, CONFIG_VERSION
 from .models import ConfigVersion, GpuModel, NamespacePolicy, Preset
 
 logger = logging.getLogger("volcano_injector.config")
@@ -148,6 +149,7 @@ class CatalogCache:
                     self.last_error = str(exc)
                     logger.error("configuration unreadable, using built-in defaults", extra={"error": str(exc)})
                     self._catalog = Catalog(version=-1)
+                self._publish()
                 if settings.INJECTOR_CONFIG_RECHECK_SECONDS > 0:
                     self._start_refresher()
             return self._catalog
@@ -164,6 +166,13 @@ class CatalogCache:
                 logger.warning("configuration check failed; keeping the last good configuration",
                                extra={"error": str(exc)})
             self.last_error = str(exc)
+        self._publish()
+
+    def _publish(self) -> None:
+        """Export the version in use and whether the last check failed (profiles/metrics.py)."""
+        if self._catalog is not None:
+            CONFIG_VERSION.set(self._catalog.version)
+        CONFIG_UNREADABLE.set(1 if self.last_error else 0)
 
     def _start_refresher(self) -> None:
         thread = threading.Thread(target=self._refresh_loop, name="config-refresher", daemon=True)

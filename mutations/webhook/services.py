@@ -11,7 +11,7 @@ from profiles.preview import Preview, pod_preview
 
 from ..audit import audit_record_submit
 from ..engine import Decision, JsonObject, admission
-from ..metrics import ADMISSION_DURATION, ADMISSIONS
+from ..metrics import admission_observe
 from .record import audit_record_build, pod_metadata, text_cut
 
 logger = logging.getLogger("volcano_injector.admission")
@@ -29,8 +29,9 @@ def admission_review_handle(*, body: object) -> JsonObject:
         decision, reason, field = Decision.ERROR, f"internal error: {type(exc).__name__}: {exc}", ""
         response = _failure_response(request.uid)
     duration = time.perf_counter() - started
-    ADMISSIONS.labels(decision.value).inc()
-    ADMISSION_DURATION.observe(duration)
+    admission_observe(decision=decision, namespace=preview.namespace if preview else request.namespace,
+                      result=preview.result if preview else None, field=field, dry_run=request.dry_run,
+                      duration_seconds=duration)
     if not request.dry_run and settings.INJECTOR_AUDIT_ENABLED:
         audit_record_submit(record=audit_record_build(request=request, preview=preview, decision=decision,
                                                       reason=reason, field=field, duration=duration))

@@ -269,3 +269,71 @@ def test_half_written_rotation_keeps_the_old_certificate_until_the_key_matches(t
     time.sleep(0.5)
     for _ in range(4):
         assert peer_certificate_der(server.port) == pem_to_der(cert_b / "tls.crt")
+
+
+# --- when the served certificates expire (volcano_injector_tls_certificate_expiry_timestamp_seconds) ---
+
+
+def openssl_not_after(path: Path) -> float:
+    """notAfter of a certificate as openssl reads it (Unix time)."""
+    import subprocess
+
+    out = subprocess.run(["openssl", "x509", "-in", str(path), "-noout", "-enddate"], check=True,
+                         capture_output=True, text=True).stdout
+    return float(ssl.cert_time_to_seconds(out.strip().removeprefix("notAfter=")))
+
+
+@pytest.mark.parametrize("days", ["3", "10000"])  # UTCTime until 2049, GeneralizedTime from 2050 (RFC 5280)
+def test_certificate_expiry_is_read_from_the_pem_file(tmp_path, monkeypatch, days):
+    from injector_site.tls import certificate_expiries
+
+    monkeypatch.setenv("DEV_CERT_DAYS", days)
+    certs = make_dev_certs(tmp_path / "certs")
+    (expiry,) = certificate_expiries(str(certs / "tls.crt"))
+    assert expiry == openssl_not_after(certs / "tls.crt")
+    assert abs(expiry - (time.time() + int(days) * 86400)) < 600
+
+
+def test_every_certificate_of_a_bundle_is_read_in_order(tmp_path, cert_a, cert_b):
+    from injector_site.tls import certificate_expiries
+
+    bundle = tmp_path / "bundle.crt"
+    bundle.write_bytes((cert_a / "tls.crt").read_bytes() + (cert_b / "ca.crt").read_bytes())
+    assert certificate_expiries(str(bundle)) == [openssl_not_after(cert_a / "tls.crt"),
+                                                 openssl_not_after(cert_b / "ca.crt")]
+
+
+def test_a_file_without_a_certificate_is_refused(tmp_path, cert_a):
+    from injector_site.tls import certificate_expiries
+
+    with pytest.raises(ValueError):
+        certificate_expiries(str(cert_a / "tls.key"))
+
+
+def test_each_load_hands_the_served_certificates_expiry_to_the_listener(volume, tmp_path, monkeypatch):
+    files = volume_files(volume)
+    reloader = ReloadingSSLContext(files, 0)
+    gunicorn_context(reloader, files)  # loaded in the master, before any listener
+    seen: list[dict[str, float]] = []
+    reloader.on_load(seen.append)  # in the worker: told at once
+    assert seen == [{"serving": openssl_not_after(volume.path("tls.crt"))}]
+
+    monkeypatch.setenv("DEV_CERT_DAYS", "400")
+    renewed = make_dev_certs(tmp_path / "renewed")
+    volume.publish({"tls.crt": renewed / "tls.crt", "tls.key": renewed / "tls.key"})
+    gunicorn_context(reloader, files)
+    assert seen[-1] == {"serving": openssl_not_after(renewed / "tls.crt")}
+    assert seen[-1]["serving"] > seen[0]["serving"] + 300 * 86400
+
+
+def test_with_client_cas_the_earliest_ca_expiry_is_handed_over_too(volume, tmp_path, monkeypatch, cert_a):
+    monkeypatch.setenv("DEV_CERT_DAYS", "5")
+    short = make_dev_certs(tmp_path / "short")
+    files = TLSFiles(str(volume.path("tls.crt")), str(volume.path("tls.key")),
+                     (str(cert_a / "ca.crt"), str(short / "ca.crt")))
+    reloader = ReloadingSSLContext(files, 0)
+    gunicorn_context(reloader, files)
+    seen: list[dict[str, float]] = []
+    reloader.on_load(seen.append)
+    assert seen == [{"serving": openssl_not_after(volume.path("tls.crt")),
+                     "client-ca": openssl_not_after(short / "ca.crt")}]
