@@ -11,7 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient, CoreV1Api
+    from kubernetes.client import AdmissionregistrationV1Api, ApiClient, CoreV1Api
 
 # Every call gives up after this long: a CronJob run must end, not hang on a dead connection.
 REQUEST_TIMEOUT_SECONDS = 30
@@ -49,3 +49,10 @@ def kube_core_api(api_client: ApiClient | None = None) -> CoreV1Api:
     from kubernetes import client
 
     return client.CoreV1Api(api_client or kube_api_client())
+
+
+def kube_admission_api(api_client: ApiClient | None = None) -> AdmissionregistrationV1Api:
+    """The admissionregistration.k8s.io/v1 API (webhook configurations) on a client from kube_api_client()."""
+    from kubernetes import client
+
+    return client.AdmissionregistrationV1Api(api_client or kube_api_client())

@@ -6,7 +6,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
-from .models import AdmissionAudit
+from .models import AdmissionAudit, UnconvertedPodScan
 
 
 class EstimatedCountPaginator(Paginator):
@@ -50,4 +50,20 @@ class AdmissionAuditAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(UnconvertedPodScan)
+class UnconvertedPodScanAdmin(admin.ModelAdmin):
+    """Scans for GPU Pods that bypassed the webhook: read-only; deletable, e.g. after removing the CronJob,
+    so /metrics stops exporting an old result (and VolcanoInjectorUnconvertedScanStale stops firing)."""
+
+    list_display = ("finished_at", "succeeded", "unconverted", "pods_examined", "error")
+    list_filter = ("succeeded",)
+    readonly_fields = ("finished_at", "succeeded", "error", "pods_examined", "unconverted", "by_namespace", "pods")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False

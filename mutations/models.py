@@ -142,3 +142,35 @@ class AuditRollupMark(models.Model):
 
     last_audit_id = models.BigIntegerField(default=0)
     version = models.BigIntegerField(default=0)
+
+
+class UnconvertedPodScan(models.Model):
+    """One run of `manage.py find_unconverted_pods`: the GPU Pods it found that the webhook did not convert.
+
+    Written by that command (a CronJob), read by /metrics and the dashboard overview of every replica,
+    so the result reaches Prometheus from whichever replica it scrapes. Only the latest rows are kept.
+    """
+
+    finished_at = models.DateTimeField()
+    succeeded = models.BooleanField()
+    error = models.TextField(blank=True, help_text="Why the scan failed (empty when it succeeded).")
+    pods_examined = models.PositiveIntegerField(default=0, help_text="Pods listed (not finished ones).")
+    unconverted = models.PositiveIntegerField(default=0, help_text="GPU Pods found unconverted, in all.")
+    by_namespace = models.JSONField(default=dict, blank=True, help_text="Unconverted GPU Pods per namespace.")
+    pods = models.JSONField(
+        default=list, blank=True,
+        help_text="The first unconverted Pods found: namespace, name, phase, created, owner.",
+    )
+
+    class Meta:
+        ordering = ["-finished_at", "-id"]
+        verbose_name = "unconverted GPU Pod scan"
+        indexes = [
+            # The latest scan, and the latest successful one (/metrics, the overview):
+            # WHERE succeeded ORDER BY finished_at DESC LIMIT 1.
+            models.Index(fields=["-finished_at", "-id"], name="unconverted_scan_finished"),
+        ]
+
+    def __str__(self) -> str:
+        outcome = f"{self.unconverted} unconverted" if self.succeeded else "failed"
+        return f"scan at {self.finished_at:%Y-%m-%d %H:%M} UTC: {outcome}"

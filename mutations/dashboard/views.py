@@ -21,6 +21,7 @@ from ..engine import Decision
 from ..engine.jsonpatch import unescape
 from ..engine.scheduling import QUEUE_ANNOTATION
 from ..models import AdmissionAudit
+from ..unconverted import unconverted_scan_latest
 from . import charts
 from .resources import resources_side_by_side
 
@@ -85,6 +86,7 @@ def overview(request):
         problems=sum(data.totals.get(d, 0) for d in selectors.PROBLEM_DECISIONS),
         granted_gib=gib(sum(data.memory_mib)),
         per=per,
+        unconverted_scan=unconverted_scan_latest(),
     )
     return render(request, "dashboard/overview.html", context)
 

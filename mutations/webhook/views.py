@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 from typing import Any
 
 import orjson
@@ -11,12 +12,13 @@ from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
-from django_prometheus.exports import ExportToDjangoView
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
 from profiles.catalog import catalog_cache, catalog_current
 
 from ..engine import admission
 from ..metrics import BAD_REQUESTS
+from ..unconverted import UnconvertedScanCollector
 from .services import admission_review_handle
 
 logger = logging.getLogger("volcano_injector.admission")
@@ -149,7 +151,11 @@ def readyz(request):
     })
 
 
-_export = ExportToDjangoView
+# The last scan for unconverted GPU Pods, read from the database (written by a CronJob, not by these
+# processes): its own registry, exported after the process metrics.
+unconverted_scan_metrics = UnconvertedScanCollector()
+_database_metrics = CollectorRegistry()
+_database_metrics.register(unconverted_scan_metrics)
 
 
 @require_GET
@@ -161,4 +167,12 @@ def metrics(request):
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             return HttpResponse("metrics need Authorization: Bearer <METRICS_TOKEN>\n", status=401,
                                 content_type="text/plain")
-    return _export(request)
+    # gunicorn's workers write their metrics to files in PROMETHEUS_MULTIPROC_DIR (as django-prometheus'
+    # ExportToDjangoView reads them); without it (runserver, tests) this process's registry is the whole story.
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    body = generate_latest(registry) + generate_latest(_database_metrics)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

@@ -32,11 +32,18 @@ class Request:
     body: dict | None
 
 
+@dataclass
+class _Route:
+    query: dict[str, str]
+    status: int
+    body: dict
+
+
 class KubeApiReplay:
-    """Serve recorded responses by (method, path); `on(...)` adds them, `requests` lists what was asked."""
+    """Serve recorded responses by (method, path[, query]); `on(...)` adds them, `requests` lists what was asked."""
 
     def __init__(self) -> None:
-        self.routes: dict[tuple[str, str], tuple[int, dict]] = {}
+        self.routes: dict[tuple[str, str], list[_Route]] = {}
         self.requests: list[Request] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, name="kube-api-replay", daemon=True)
@@ -45,10 +52,22 @@ class KubeApiReplay:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def on(self, method: str, path: str, body: dict | str, status: int = 200) -> KubeApiReplay:
-        """Answer `method path` (query ignored) with `body` (a dict, or a fixture's name) and `status`."""
-        self.routes[(method, path)] = (status, fixture(body) if isinstance(body, str) else body)
+    def on(self, method: str, path: str, body: dict | str, status: int = 200, *,
+           query: dict[str, str] | None = None) -> KubeApiReplay:
+        """Answer `method path` with `body` (a dict, or a fixture's name) and `status`, whatever the query;
+        with `query`, only requests carrying those parameters (a list's next page: {"continue": token}).
+        Routes with a query are tried first, then the one without; a route given again replaces the old one."""
+        routes = [r for r in self.routes.get((method, path), []) if r.query != (query or {})]
+        routes.append(_Route(query or {}, status, fixture(body) if isinstance(body, str) else body))
+        self.routes[(method, path)] = routes
+        routes.sort(key=lambda route: -len(route.query))
         return self
+
+    def _answer(self, method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict]:
+        for route in self.routes.get((method, path), []):
+            if all(query.get(key) == [value] for key, value in route.query.items()):
+                return route.status, route.body
+        return 404, _not_found(path)
 
     def start(self) -> KubeApiReplay:
         self._thread.start()
@@ -78,9 +97,9 @@ class KubeApiReplay:
                 parts = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                replay.requests.append(Request(self.command, parts.path, parse_qs(parts.query),
-                                               json.loads(raw) if raw else None))
-                status, body = replay.routes.get((self.command, parts.path), (404, _not_found(parts.path)))
+                query = parse_qs(parts.query)
+                replay.requests.append(Request(self.command, parts.path, query, json.loads(raw) if raw else None))
+                status, body = replay._answer(self.command, parts.path, query)
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -109,8 +109,9 @@ def test_overview_ignores_an_unknown_window(staff_client):
 
 def test_overview_query_count_does_not_grow_with_rows(staff_client, django_assert_num_queries):
     # session + user; "anything new for the rollup?"; the rollup's mark, per-bucket and per-name
-    # counts (rollup and new rows in one query each), the mark again, latest problems.
-    on_a_quiet_page = 2 + 1 + 5
+    # counts (rollup and new rows in one query each), the mark again, latest problems; the latest
+    # unconverted-Pod scan.
+    on_a_quiet_page = 2 + 1 + 5 + 1
     # With new rows, the refresh: savepoint, lock timeout, lock, mark row ensured, mark, upper id,
     # count, new mark, release.
     after_new_rows = on_a_quiet_page + 9
@@ -307,3 +308,31 @@ def test_banner_tells_about_rows_not_yet_written(staff_client, client):
 
 def test_no_banner_when_nothing_waits(staff_client):
     assert "not yet written" not in page_of(staff_client.get("/dashboard/history/"))
+
+
+# --- GPU Pods that bypassed the webhook (manage.py find_unconverted_pods) -----------------------------
+
+
+def test_overview_says_when_no_scan_for_unconverted_pods_has_run(staff_client):
+    page = staff_client.get("/dashboard/").content.decode()
+    assert "No scan has run" in page and "deploy/components/unconverted-pods" in page
+
+
+def test_overview_lists_the_pods_the_last_scan_found(staff_client):
+    from mutations.unconverted import ScanResult, unconverted_scan_record
+
+    pod = {"namespace": "team-a", "name": "llama-8b-7c9d8f6b5-q8w7e", "phase": "Pending",
+           "created": "2026-12-03T02:41:55+00:00", "owner": "ReplicaSet/llama-8b-7c9d8f6b5"}
+    unconverted_scan_record(result=ScanResult(pods_examined=40, unconverted=[pod]))
+    page = html.unescape(staff_client.get("/dashboard/").content.decode())
+    assert "1 of 40 live Pods" in page
+    assert "<td class=\"ellipsis\">llama-8b-7c9d8f6b5-q8w7e</td><td>Pending</td>" in page
+    assert "ReplicaSet/llama-8b-7c9d8f6b5" in page
+
+
+def test_overview_shows_why_the_last_scan_failed(staff_client):
+    from mutations.unconverted import unconverted_scan_record
+
+    unconverted_scan_record(result=None, error="the Kubernetes API refused the scan (403 Forbidden)")
+    page = html.unescape(staff_client.get("/dashboard/").content.decode())
+    assert "failed: the Kubernetes API refused the scan (403 Forbidden)" in page
