@@ -25,6 +25,9 @@ COMPONENT_COMBINATIONS = [
     ("components/all-pods", "components/fail-closed"),
     ("components/mtls",),
     ("components/quotas",),
+    ("components/monitoring",),
+    ("components/unconverted-pods",),
+    ("components/monitoring", "components/unconverted-pods"),
 ]
 TRIAL_COMPONENT_COMBINATIONS = [
     ("components/quotas",),
