@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import Any
 
 from django.conf import settings
 from prometheus_client import Counter, Gauge, Histogram
@@ -159,15 +160,28 @@ class _NamespaceLabels:
 
 namespace_label = _NamespaceLabels()
 
+# The labelled children the admission path updates, by (metric name, label values): a dict lookup
+# instead of prometheus_client's labels(), which validates and locks on every call. Bounded by the
+# label sets above.
+_children: dict[tuple[str, ...], Any] = {}
+
+
+def _child(metric: Counter, *labels: str) -> Any:
+    key = (metric._name, *labels)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*labels)
+    return child
+
 
 def admission_observe(*, decision: Decision, namespace: str, result: MutationResult | None, field: str,
                       dry_run: bool, duration_seconds: float) -> None:
     """Count one answered AdmissionReview: its decision and size source, latency, the field at fault of a
     denial (or of an audit-only "would deny"), and the vGPUs granted (not for a dry run: no Pod is created)."""
-    ADMISSIONS.labels(decision.value, size_source_label(result.source if result else None)).inc()
+    _child(ADMISSIONS, decision.value, size_source_label(result.source if result else None)).inc()
     ADMISSION_DURATION.observe(duration_seconds)
     if field and decision in (Decision.DENIED, Decision.AUDIT_ONLY):
-        DENIALS.labels(decision.value, denial_field_label(field)).inc()
+        _child(DENIALS, decision.value, denial_field_label(field)).inc()
     elif decision is Decision.MUTATED and not dry_run and result is not None and result.grants:
         vgpus = memory_mib = 0
         for grant in result.grants:
@@ -176,5 +190,5 @@ def admission_observe(*, decision: Decision, namespace: str, result: MutationRes
                 memory_mib += grant.vgpu_number * grant.vgpu_memory_mib
         if vgpus:
             labels = (namespace_label(namespace), result.preset or PRESET_NONE)
-            VGPUS_GRANTED.labels(*labels).inc(vgpus)
-            VGPU_MEMORY_GRANTED.labels(*labels).inc(memory_mib * 2**20)
+            _child(VGPUS_GRANTED, *labels).inc(vgpus)
+            _child(VGPU_MEMORY_GRANTED, *labels).inc(memory_mib * 2**20)

@@ -1,4 +1,4 @@
-"""deploy/components/monitoring and unconverted-pods: they validate against their CRDs and fit the webhook they watch."""
+"""deploy/components/monitoring and unconverted-pods: they validate against their CRDs and fit the webhook."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _strict(schema: dict) -> dict:
 
 def validate_custom(obj: dict) -> None:
     schema = crd_schema(obj["kind"])
-    body = {k: v for k, v in obj.items()}
+    body = dict(obj)
     # metadata is validated by the API server itself, not by the CRD's schema
     schema = {**schema, "properties": {**schema["properties"], "metadata": {"type": "object"}}}
     jsonschema.Draft7Validator(schema).validate(body)
@@ -128,7 +128,8 @@ def test_latency_alert_fires_at_half_the_webhooks_timeout(monitored):
 
 def test_calls_failing_alert_names_the_webhook(monitored):
     rules = find_object(monitored, "PrometheusRule", NAME)
-    (rule,) = [r for g in rules["spec"]["groups"] for r in g["rules"] if r.get("alert") == "VolcanoInjectorCallsFailing"]
+    (rule,) = [r for g in rules["spec"]["groups"] for r in g["rules"]
+               if r.get("alert") == "VolcanoInjectorCallsFailing"]
     _, hook = webhook(monitored)
     assert set(re.findall(r'name="([^"]+)"', rule["expr"])) == {hook["name"]}
 

@@ -53,7 +53,7 @@ class StaticMetrics:
 
     def __init__(self, body: bytes) -> None:
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
+            def do_GET(self):
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
@@ -92,7 +92,7 @@ class Prometheus:
         if params:
             url += "?" + urllib.parse.urlencode(params)
         try:
-            with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - a local URL we built
+            with urllib.request.urlopen(url, timeout=10) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:  # 400/422: the query did not parse or evaluate
             return json.loads(exc.read())
@@ -132,8 +132,8 @@ def webhook_database():
     # A namespace policy that is off and one that is audit-only (the fixtures' legacy and team-b).
     subprocess.run(
         [str(VENV_BIN / "python"), "manage.py", "shell", "-c",
-         "from profiles.models import NamespacePolicy as P; "
-         "P.objects.create(namespace='legacy', mode='off'); P.objects.create(namespace='team-b', mode='audit-only')"],
+         ("from profiles.models import NamespacePolicy as P; P.objects.create(namespace='legacy', mode='off'); "
+          "P.objects.create(namespace='team-b', mode='audit-only')")],
         cwd=REPO, check=True, timeout=120, env={**os.environ, "DATABASE_URL": url, "INJECTOR_DEV_MODE": "true"})
     yield url
     database_drop(url)
