@@ -518,11 +518,18 @@ def test_quota_rbac_reaches_only_namespaces_and_its_own_quotas(builds, name):
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": QUOTA_JOB, "namespace": NAMESPACE}]
 
 
-def test_builds_without_the_quota_component_grant_no_api_access(build):
+def test_builds_without_a_component_that_reads_the_api_grant_no_api_access(build):
+    """Only the quotas and unconverted-pods components grant API access, each to its own CronJob's account."""
     name, objects = build
+    rbac = [o for o in objects if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    granted_to = {s["name"] for o in rbac if o["kind"].endswith("Binding") for s in o["subjects"]}
+    expected = set()
     if name in QUOTA_BUILDS:
-        return
-    assert not [o for o in objects if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+        expected.add(QUOTA_JOB)
+    if "unconverted-pods" in name:
+        expected.add("volcano-injector-unconverted-pods")
+    assert granted_to == expected
+    assert bool(rbac) == bool(expected)
 
 
 def test_allowed_hosts_cover_the_services_and_the_pod_ip(build):

@@ -62,4 +62,4 @@ def test_mutate_is_counted_by_its_own_metrics_not_the_generic_view_metrics(clien
     text = client.get("/metrics").content.decode()
     assert 'view="healthz"' in text
     assert 'view="mutate"' not in text
-    assert 'volcano_injector_admissions_total{decision="mutated"}' in text
+    assert 'volcano_injector_admissions_total{decision="mutated",size_source="default"}' in text
