@@ -133,6 +133,7 @@ def test_mtls_is_on_exactly_when_a_client_ca_file_is_set(tmp_path):
         assert result.stdout.strip() == expected, value
 
 
+@pytest.mark.django_db  # /metrics reads the last unconverted-Pod scan from the database
 def test_metrics_without_a_token_configured_are_open_to_whoever_the_network_policy_lets_in(client, settings):
     # The documented choice: a token when METRICS_TOKEN is set (a deploy check warns when it is not),
     # and the NetworkPolicy in deploy/ in any case.

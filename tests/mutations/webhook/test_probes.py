@@ -23,6 +23,7 @@ def test_metrics_count_admissions_by_decision(client, post_review):
     assert "volcano_injector_admission_duration_seconds_bucket" in text
 
 
+@pytest.mark.django_db  # /metrics reads the last unconverted-Pod scan from the database
 def test_metrics_token_is_required_when_set(client, settings):
     settings.METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 401
