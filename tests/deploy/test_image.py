@@ -26,7 +26,9 @@ from tests.support.tls import client_context, make_dev_certs
 from .conftest import REPO_ROOT, VENV_BIN
 
 IMAGE_UID = 10001
-TEST_DATABASE = "volcano_injector_image_test"
+# One database per test run (the pid): runs side by side on one machine (several checkouts) would
+# otherwise drop each other's database mid-test.
+TEST_DATABASE = f"volcano_injector_image_test_{os.getpid()}"
 
 
 # --- reading the Dockerfile ---------------------------------------------------------
