@@ -7,6 +7,9 @@ Environment (defaults in brackets):
   WEB_CONCURRENCY [2] worker processes
   GUNICORN_THREADS [2]               GUNICORN_TIMEOUT [30] seconds
   GUNICORN_GRACEFUL_TIMEOUT [25]     GUNICORN_KEEPALIVE [120] seconds
+  GUNICORN_REQUEST_READ_SECONDS [5]  a connection's TLS handshake and whole request must arrive within
+                                     this, or it is closed (injector_site/request_gate.py)
+  INJECTOR_MAX_BODY_BYTES [3145728]  larger bodies are not read (the app answers 413)
   TLS_CERT_FILE + TLS_KEY_FILE       both set: HTTPS; both unset: plain HTTP (dev, benchmarks)
   TLS_CLIENT_CA_FILE                 optional, comma-separated: verify client certificates against
                                      these CAs; POST /mutate then needs one (mTLS)
@@ -74,6 +77,14 @@ graceful_timeout = _checked(env_int, "GUNICORN_GRACEFUL_TIMEOUT", 25, minimum=1)
 # API server's webhook client inherits), so the client, not the server, closes idle connections and
 # never sends a request on a socket the server has just closed.
 keepalive = _checked(env_int, "GUNICORN_KEEPALIVE", 120, minimum=1)
+# A client must send its whole request (TLS handshake, head and body) within this many seconds of
+# connecting, or of the first byte of its next request, or its connection is closed; no thread waits
+# for it meanwhile (injector_site/request_gate.py). Shorter than the webhook's timeoutSeconds (5):
+# the API server sends a whole AdmissionReview in milliseconds.
+BalancedThreadWorker.request_read_seconds = _checked(env_float, "GUNICORN_REQUEST_READ_SECONDS", 5.0, minimum=0.1)
+BalancedThreadWorker.max_body_bytes = _checked(env_int, "INJECTOR_MAX_BODY_BYTES", 3 * 1024 * 1024, minimum=1024)
+# Incomplete requests held in memory by one worker, together: room for eight of the largest at once.
+BalancedThreadWorker.pending_buffer_bytes = 8 * BalancedThreadWorker.max_body_bytes
 
 # The heartbeat files live in memory: /tmp may be a disk-backed emptyDir, the root filesystem is read-only.
 if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):

@@ -14,7 +14,8 @@ request, stopped or dead delays a new connection by that much and no more; a slo
 BALANCE_STALE_SECONDS (a worker that died without the master noticing yet) does not count.
 
 gunicorn_conf.py sets this class as worker_class; its hooks create the counts (on_starting), give
-each worker a slot (pre_fork) and free it (child_exit).
+each worker a slot (pre_fork) and free it (child_exit). It is gthread with the TLS handshake and the
+request read in the main loop, under a deadline (injector_site/request_gate.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from gunicorn.workers.gthread import ThreadWorker
+from .request_gate import GatedThreadWorker
 
 if TYPE_CHECKING:
     from gunicorn._types import _AddressType  # the stubs' name for a listener's address
@@ -65,8 +66,8 @@ class ConnectionCounts:
         return min(live) if live else None
 
 
-class BalancedThreadWorker(ThreadWorker):
-    """gunicorn's gthread worker that leaves new connections to a less busy worker when there is one."""
+class BalancedThreadWorker(GatedThreadWorker):
+    """gunicorn's gthread worker (gated) that leaves new connections to a less busy worker when there is one."""
 
     counts: ConnectionCounts | None = None  # set in the master (on_starting), inherited by fork
     balance_slot: int | None = None  # set per worker in the master (pre_fork)

@@ -9,7 +9,7 @@ import time
 from collections import Counter
 
 import pytest
-from gunicorn.workers.gthread import ThreadWorker
+from injector_site.request_gate import GatedThreadWorker
 
 from injector_site import workers
 from injector_site.workers import BALANCE_DEFER_SECONDS, BALANCE_STALE_SECONDS, BalancedThreadWorker, ConnectionCounts
@@ -62,10 +62,10 @@ def clock(monkeypatch) -> Clock:
 
 @pytest.fixture
 def accepted(monkeypatch) -> list:
-    """What gthread's own accept was called with (it would take the connection)."""
+    """What the gated gthread accept was called with (it would take the connection)."""
     calls = []
-    monkeypatch.setattr(ThreadWorker, "accept", lambda self, server, listener: calls.append(listener))
-    monkeypatch.setattr(ThreadWorker, "notify", lambda self: None)  # the heartbeat file
+    monkeypatch.setattr(GatedThreadWorker, "accept", lambda self, server, listener: calls.append(listener))
+    monkeypatch.setattr(GatedThreadWorker, "notify", lambda self: None)  # the heartbeat file
     return calls
 
 
