@@ -26,8 +26,12 @@ ANN_APPLIED_POLICY = ANNOTATION_PREFIX + "applied-policy"
 ANN_APPLIED_SOURCE = ANNOTATION_PREFIX + "applied-source"
 ANN_APPLIED_VGPU_MEMORY = ANNOTATION_PREFIX + "applied-vgpu-memory-mib"
 
-# The largest vgpu-memory Volcano can hold: it reads the value as a 32-bit count of MiB.
-MAX_VGPU_MEMORY_MIB = 2**31 - 1
+# The largest vgpu-memory accepted: 1 TiB per vGPU, more than any card has. Volcano reads the value as
+# a 32-bit count of MiB (2**31 - 1 at most); the tighter bound keeps an audit row's total (vGPUs x MiB)
+# and the rollup's sums of those far inside PostgreSQL's bigint.
+MAX_VGPU_MEMORY_MIB = 2**20
+# Longer values of the annotations this engine reads are refused before they are parsed.
+MAX_ANNOTATION_CHARS = 256
 
 _MODEL_SIZE = re.compile(r"^\s*(?P<number>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>[bBmMtT]?)\s*$")
 _UNIT_BILLIONS = {"": 1.0, "b": 1.0, "m": 0.001, "t": 1000.0}
@@ -46,6 +50,9 @@ def annotation_read(annotations: JsonObject, key: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise Denial(f"metadata.annotations[{key}]", f"annotation {key} must be a string")
+    if len(value) > MAX_ANNOTATION_CHARS:
+        raise Denial(f"metadata.annotations[{key}]",
+                     f"annotation {key} is {len(value)} characters long; accepted: at most {MAX_ANNOTATION_CHARS}")
     return value.strip()
 
 
@@ -75,7 +82,8 @@ def vgpu_memory_parse(value: str) -> int:
     else:
         mib = bytes_to_mib_ceil(number)
     if number <= 0 or mib <= 0 or mib > MAX_VGPU_MEMORY_MIB:
-        raise Denial(field, f"annotation {ANN_VGPU_MEMORY}: {value!r} is out of range; use {accepted}")
+        raise Denial(field, f"annotation {ANN_VGPU_MEMORY}: {value!r} is out of range; accepted: "
+                            f"1-{MAX_VGPU_MEMORY_MIB} MiB per vGPU, as {accepted}")
     return mib
 
 

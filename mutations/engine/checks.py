@@ -1,17 +1,52 @@
-"""What a namespace policy refuses in a GPU Pod: privileged containers, and more vGPUs or memory than it allows."""
+"""What a namespace policy refuses in a GPU Pod: access to every GPU of the node (privileged containers,
+NVIDIA's device variables, device and driver hostPaths, device capabilities), vGPU values Volcano cannot
+hold, and more vGPUs or memory than the policy allows. Also the size of a Pod the engine will walk."""
 
 from __future__ import annotations
 
+import posixpath
+import re
+
+from .annotations import MAX_VGPU_MEMORY_MIB
 from .denial import Denial
-from .pod import Container, resource_map
+from .pod import CONTAINER_LISTS, Container, resource_map
 from .quantity import QuantityError, parse_quantity
 from .specs import VGPU_CORES, VGPU_MEMORY, VGPU_NUMBER, JsonObject, PolicySpec
 
+# More containers than any real Pod has; a bound on what one admission walks, patches and audits.
+MAX_CONTAINERS_PER_POD = 100
+# vGPUs one Pod may ask for: each lands on a different card of one node, and no node has this many.
+MAX_VGPUS_PER_POD = 1024
+_ASCII_DIGITS = re.compile(r"[0-9]{1,19}")
 
-def privileged_check(*, containers: list[Container], policy: PolicySpec) -> None:
-    """Deny a GPU Pod with a privileged container, when the policy says so."""
+# What a user's own environment may not set in a GPU Pod: the NVIDIA container runtime exposes the
+# devices NVIDIA_VISIBLE_DEVICES names (all of them with "all") whatever the vGPU device plugin allocated.
+_NO_DEVICES = frozenset({"", "void", "none"})
+# hostPaths that hold the node's devices, the NVIDIA driver or the device plugin's sockets.
+_DEVICE_PATHS = ("/dev", "/proc/driver/nvidia", "/run/nvidia", "/var/run/nvidia", "/usr/local/nvidia",
+                 "/var/lib/kubelet/device-plugins", "/sys/bus/pci", "/sys/devices")
+_DRIVER_NAME = re.compile(r"^(lib)?(nvidia|cuda)", re.IGNORECASE)
+# Capabilities that open devices directly (raw I/O, mounts, device nodes, kernel modules).
+_DEVICE_CAPABILITIES = frozenset({"ALL", "SYS_ADMIN", "SYS_RAWIO", "SYS_MODULE", "MKNOD"})
+
+
+def pod_size_check(*, spec: dict) -> None:
+    """Deny a Pod with more containers than the engine handles, before anything walks them."""
+    count = sum(len(spec.get(key)) for key, _ in CONTAINER_LISTS if isinstance(spec.get(key), list))
+    if count > MAX_CONTAINERS_PER_POD:
+        raise Denial(
+            "spec.containers",
+            f"the Pod has {count} containers and init containers; volcano-injector handles at most "
+            f"{MAX_CONTAINERS_PER_POD} per Pod",
+        )
+
+
+def privileged_check(*, spec: dict, containers: list[Container], policy: PolicySpec) -> None:
+    """Deny a GPU Pod that could reach every GPU of its node past its vGPUs, when the policy says so."""
     if not policy.deny_privileged:
         return
+    why = (f"it would see every GPU on the node and escape vGPU memory isolation, so namespace policy "
+           f"{policy.namespace!r} denies it in GPU Pods")
     for container in containers:
         context = container.body.get("securityContext") or {}
         if isinstance(context, dict) and context.get("privileged") is True:
@@ -21,6 +56,66 @@ def privileged_check(*, containers: list[Container], policy: PolicySpec) -> None
                 f"and escapes vGPU memory isolation, so namespace policy {policy.namespace!r} denies it in "
                 "GPU Pods: remove securityContext.privileged",
             )
+        _capabilities_check(container, context, why)
+        _environment_check(container, why)
+    _host_paths_check(spec, why)
+
+
+def _capabilities_check(container: Container, context: object, why: str) -> None:
+    capabilities = context.get("capabilities") if isinstance(context, dict) else None
+    added = capabilities.get("add") if isinstance(capabilities, dict) else None
+    for index, name in enumerate(added if isinstance(added, list) else ()):
+        normal = str(name).strip().upper().removeprefix("CAP_")
+        if normal in _DEVICE_CAPABILITIES:
+            raise Denial(
+                f"{container.path}.securityContext.capabilities.add[{index}]",
+                f"container {container.name!r} adds capability {name!r}, which reaches the node's devices "
+                f"directly; {why}: remove it from securityContext.capabilities.add",
+            )
+
+
+def _environment_check(container: Container, why: str) -> None:
+    env = container.body.get("env")
+    for index, variable in enumerate(env if isinstance(env, list) else ()):
+        if not isinstance(variable, dict):
+            continue
+        name, field = variable.get("name"), f"{container.path}.env[{index}]"
+        value = variable.get("value")
+        text = value.strip().lower() if isinstance(value, str) else None
+        if name == "NVIDIA_VISIBLE_DEVICES" and (text is None or text not in _NO_DEVICES):
+            shown = repr(value) if text is not None else "a value from elsewhere (valueFrom)"
+            raise Denial(
+                field,
+                f"container {container.name!r} sets NVIDIA_VISIBLE_DEVICES to {shown}; the NVIDIA runtime then "
+                f"exposes those GPUs whatever vGPUs were allocated, and {why}: remove it (the vGPU device plugin "
+                "sets it)",
+            )
+        if name == "NVIDIA_DRIVER_CAPABILITIES" and (text is None or "all" in text.replace(" ", "").split(",")):
+            shown = repr(value) if text is not None else "a value from elsewhere (valueFrom)"
+            raise Denial(
+                field,
+                f"container {container.name!r} sets NVIDIA_DRIVER_CAPABILITIES to {shown}, every driver "
+                f"capability of the node's devices; {why}: remove it or name only what it needs, "
+                "such as compute,utility",
+            )
+
+
+def _host_paths_check(spec: dict, why: str) -> None:
+    volumes = spec.get("volumes")
+    for index, volume in enumerate(volumes if isinstance(volumes, list) else ()):
+        host_path = volume.get("hostPath") if isinstance(volume, dict) else None
+        path = host_path.get("path") if isinstance(host_path, dict) else None
+        if not isinstance(path, str):
+            continue
+        normal = posixpath.normpath("/" + path.strip().lstrip("/"))  # normpath keeps a leading "//"
+        reaches = any(normal == device or device.startswith(normal.rstrip("/") + "/") or
+                      normal.startswith(device + "/") for device in _DEVICE_PATHS)
+        if reaches or any(_DRIVER_NAME.match(part) for part in normal.split("/")):
+            raise Denial(
+                f"spec.volumes[{index}].hostPath.path",
+                f"volume {volume.get('name')!r} mounts {path!r} from the node, which holds its GPU devices or "
+                f"the NVIDIA driver; {why}: remove the hostPath volume",
+            )
 
 
 def policy_limits_check(*, gpu_containers: list[Container], policy: PolicySpec) -> None:
@@ -29,6 +124,12 @@ def policy_limits_check(*, gpu_containers: list[Container], policy: PolicySpec) 
     for container in gpu_containers:
         limits = resource_map(container, "limits")
         number = _whole(container, limits, VGPU_NUMBER)
+        if number > MAX_VGPUS_PER_POD:
+            raise Denial(
+                f"{container.path}.resources.limits[{VGPU_NUMBER}]",
+                f"container {container.name!r}: {VGPU_NUMBER}: {limits[VGPU_NUMBER]!r} is out of range; "
+                f"accepted: 0-{MAX_VGPUS_PER_POD}",
+            )
         if container.init:
             init = max(init, number)
         else:
@@ -49,6 +150,11 @@ def policy_limits_check(*, gpu_containers: list[Container], policy: PolicySpec) 
             )
     # Init containers run one at a time before the others: the Pod needs the larger of the two.
     total = max(regular, init)
+    if regular > MAX_VGPUS_PER_POD:
+        raise Denial(
+            f"spec.containers[*].resources.limits[{VGPU_NUMBER}]",
+            f"the Pod asks for {regular} vGPUs; accepted: at most {MAX_VGPUS_PER_POD} per Pod",
+        )
     cap = policy.max_vgpus_per_pod
     if cap is not None and total > cap:
         raise Denial(
@@ -59,13 +165,21 @@ def policy_limits_check(*, gpu_containers: list[Container], policy: PolicySpec) 
 
 
 def _plain_mib(container: Container, value: object) -> int:
-    # Volcano reads vgpu-memory as an integer of MiB: "16Gi" would become bytes and overflow.
+    # Volcano reads vgpu-memory as an integer of MiB: "16Gi" would become bytes and overflow. ASCII digits
+    # only: str.isdigit() also takes "²", which int() refuses.
     text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
-    if not text.isdigit():
+    field = f"{container.path}.resources.limits[{VGPU_MEMORY}]"
+    if not _ASCII_DIGITS.fullmatch(text):
         raise Denial(
-            f"{container.path}.resources.limits[{VGPU_MEMORY}]",
+            field,
             f"container {container.name!r}: {VGPU_MEMORY}: {value!r} must be a plain integer of MiB such as "
             "16384 (a quantity like 16Gi is read as bytes by the scheduler)",
+        )
+    if not 1 <= int(text) <= MAX_VGPU_MEMORY_MIB:
+        raise Denial(
+            field,
+            f"container {container.name!r}: {VGPU_MEMORY}: {value!r} is out of range; accepted: "
+            f"1-{MAX_VGPU_MEMORY_MIB} MiB per vGPU",
         )
     return int(text)
 

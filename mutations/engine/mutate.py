@@ -26,7 +26,7 @@ from .annotations import (
     annotation_read,
     is_true,
 )
-from .checks import policy_limits_check, privileged_check
+from .checks import pod_size_check, policy_limits_check, privileged_check
 from .defaults import cpu_memory_fill
 from .denial import Denial
 from .pod import Container, asks_for_gpu, containers_read, has_vgpu, resource_map, resources_store, working_copy
@@ -63,11 +63,19 @@ def mutate_pod(pod: JsonObject, ctx: MutationContext) -> MutationResult:
     annotations, labels = metadata.get("annotations") or {}, metadata.get("labels") or {}
     if not isinstance(annotations, dict) or not isinstance(labels, dict):
         return _denied(pod, ctx, Denial("metadata", "metadata.annotations and metadata.labels must be objects"))
-    if is_true(annotations.get(ANN_SKIP)) or is_true(labels.get(ANN_SKIP)):
-        return MutationResult(Decision.SKIPPED, pod, f"{ANN_SKIP} is true", policy.namespace)
     if policy.mode is Mode.OFF:
         return MutationResult(Decision.SKIPPED, pod, f"namespace policy {policy.namespace!r} is off", policy.namespace)
     try:
+        spec = pod.get("spec")
+        if isinstance(spec, dict):
+            pod_size_check(spec=spec)
+        if is_true(annotations.get(ANN_SKIP)) or is_true(labels.get(ANN_SKIP)):
+            # Skipping the conversion never skips the policy's check for access to every GPU.
+            if isinstance(spec, dict):
+                containers = containers_read(spec)
+                if any(asks_for_gpu(c) or VGPU_NUMBER in resource_map(c, "limits") for c in containers):
+                    privileged_check(spec=spec, containers=containers, policy=policy)
+            return MutationResult(Decision.SKIPPED, pod, f"{ANN_SKIP} is true", policy.namespace)
         return _Mutation(pod, ctx, annotations).run()
     except Denial as denial:
         return _denied(pod, ctx, denial)
@@ -114,7 +122,7 @@ class _Mutation:
         gpu_containers = [c for c in containers if VGPU_NUMBER in resource_map(c, "limits")]
         is_gpu_pod = bool(gpu_containers)
         if is_gpu_pod:
-            privileged_check(containers=containers, policy=self.policy)
+            privileged_check(spec=spec, containers=containers, policy=self.policy)
             policy_limits_check(gpu_containers=gpu_containers, policy=self.policy)
             defaults = sizing.resources if sizing else self.policy.resources
             for container in gpu_containers:
