@@ -46,6 +46,13 @@ class AdmissionAudit(models.Model):
     owner_kind = models.CharField(max_length=63, blank=True)
     owner_name = models.CharField(max_length=253, blank=True)
     username = models.CharField(max_length=256, blank=True)
+    # Whether the caller proved it is the API server (a client certificate verified against
+    # TLS_CLIENT_CA_FILE, mTLS). Without it, user, namespace and Pod are what an unknown caller claimed.
+    # db_default: spool segments written before this column existed load as "not verified".
+    caller_verified = models.BooleanField(
+        default=False, db_default=False,
+        help_text="The caller presented a client certificate verified against TLS_CLIENT_CA_FILE (mTLS).",
+    )
     decision = models.CharField(max_length=16, choices=[(d.value, d.value) for d in Decision])
     reason = models.TextField(blank=True)
     field = models.CharField(max_length=256, blank=True, help_text="For a denial: the field or annotation at fault.")

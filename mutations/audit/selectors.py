@@ -21,8 +21,8 @@ from .rollup import audit_rollup_mark
 
 # The columns a history row shows: the wide JSON columns (patch, containers, warnings) stay behind.
 LIST_FIELDS = ("id", "created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name",
-               "owner_kind", "owner_name", "username", "decision", "reason", "preset_name", "policy_name",
-               "gpus_requested", "vgpus_granted", "vgpu_memory_mib", "duration_ms", "replica")
+               "owner_kind", "owner_name", "username", "caller_verified", "decision", "reason", "preset_name",
+               "policy_name", "gpus_requested", "vgpus_granted", "vgpu_memory_mib", "duration_ms", "replica")
 # Sort keys a history page accepts; each has an index whose last column is id (see models.py).
 SORTS = {
     "-created_at": "newest first", "created_at": "oldest first",

@@ -30,8 +30,8 @@ FILTER_KEYS = ("namespace", "decision", "preset", "user", "since", "until", "q")
 # A CSV export stops here: enough for any investigation, bounded for the database and the browser.
 EXPORT_MAX_ROWS = 100_000
 CSV_COLUMNS = ["created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name", "owner_kind",
-               "owner_name", "username", "decision", "reason", "field", "preset_name", "policy_name", "source",
-               "gpus_requested", "vgpus_granted", "vgpu_memory_mib", "warnings", "duration_ms", "replica"]
+               "owner_name", "username", "caller_verified", "decision", "reason", "field", "preset_name", "policy_name",
+               "source", "gpus_requested", "vgpus_granted", "vgpu_memory_mib", "warnings", "duration_ms", "replica"]
 
 
 def _backlog_rows() -> int | None:

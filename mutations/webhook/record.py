@@ -4,17 +4,29 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
+import orjson
 from django.conf import settings
 
 from profiles.preview import Preview
 
 from ..engine import GPU_RESOURCE, AdmissionRequest, Decision, JsonObject, QuantityError, parse_quantity
+from ..engine.checks import MAX_CONTAINERS_PER_POD
+
+
+# What one audit row keeps of a Pod's lists: a bounded row whatever the caller sent (the engine denies
+# Pods of more than 100 containers; these bound what a container's own maps add).
+AUDIT_JSON_MAX_BYTES = 64 * 1024  # per JSON column (patch, resources_before)
+AUDIT_MAX_WARNINGS = 50
+AUDIT_WARNING_MAX_CHARS = 500
+RESOURCE_KEYS_MAX = 16  # resource names kept per limits/requests map in resources_before
+RESOURCE_TEXT_MAX_CHARS = 64
 
 
 def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, decision: Decision, reason: str,
-                       field: str, duration: float) -> JsonObject:
-    """The AdmissionAudit fields for one answered admission (strings and numbers, ready to spool)."""
+                       field: str, duration: float, caller_verified: bool = False) -> JsonObject:
+    """The AdmissionAudit fields for one answered admission (strings and numbers, ready to spool), bounded."""
     metadata = pod_metadata(request)
     owner_kind, owner_name = _owner(metadata)
     result = preview.result if preview else None
@@ -31,6 +43,7 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
         "owner_kind": owner_kind,
         "owner_name": owner_name,
         "username": request.username,
+        "caller_verified": caller_verified,
         "decision": decision.value,
         "reason": reason[:4000],
         "field": field[:256],
@@ -41,9 +54,9 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
         "vgpus_granted": sum(g.vgpu_number for g in grants),
         "vgpu_memory_mib": sum(g.vgpu_number * (g.vgpu_memory_mib or 0) for g in grants),
         "containers": [g.as_dict() for g in grants],
-        "resources_before": before,
-        "patch": preview.patch if preview else [],
-        "warnings": list(result.warnings) if result else [],
+        "resources_before": json_list_bounded(before),
+        "patch": json_list_bounded(preview.patch) if preview else [],
+        "warnings": [w[:AUDIT_WARNING_MAX_CHARS] for w in result.warnings[:AUDIT_MAX_WARNINGS]] if result else [],
         "dry_run": request.dry_run,
         "duration_ms": round(duration * 1000, 3),
         "replica": settings.INJECTOR_REPLICA,
@@ -59,12 +72,46 @@ def _resources_before(request: AdmissionRequest) -> list[JsonObject]:
     before = []
     for key, init in (("containers", False), ("initContainers", True)):
         containers = spec.get(key)
-        for container in containers if isinstance(containers, list) else ():
+        # A Pod over the engine's container cap is denied; a row need not describe more of it.
+        for container in containers[:MAX_CONTAINERS_PER_POD] if isinstance(containers, list) else ():
             if isinstance(container, dict):
-                resources = container.get("resources")
                 before.append({"container": text_cut(container.get("name")), "init": init,
-                               "resources": resources if isinstance(resources, dict) else {}})
+                               "resources": _resources_small(container.get("resources"))})
     return before
+
+
+def _resources_small(resources: object) -> JsonObject:
+    """limits and requests, at most RESOURCE_KEYS_MAX names each, GPU and Volcano names first, values cut."""
+    small: JsonObject = {}
+    for part in ("limits", "requests"):
+        values = resources.get(part) if isinstance(resources, dict) else None
+        if not isinstance(values, dict):
+            continue
+        names = sorted(values, key=lambda name: (not str(name).startswith(("nvidia.com/", "volcano.sh/")), name))
+        small[part] = {str(name)[:RESOURCE_TEXT_MAX_CHARS]: _value_cut(values[name])
+                       for name in names[:RESOURCE_KEYS_MAX]}
+    return small
+
+
+def _value_cut(value: object) -> object:
+    if isinstance(value, str):
+        return value[:RESOURCE_TEXT_MAX_CHARS]
+    return value if isinstance(value, (int, float, bool)) or value is None else str(value)[:RESOURCE_TEXT_MAX_CHARS]
+
+
+def json_list_bounded(items: list[Any], max_bytes: int = AUDIT_JSON_MAX_BYTES) -> list[Any]:
+    """`items`, or as many of its first items as fit in max_bytes of JSON, then one {"truncated": ...} item."""
+    if len(orjson.dumps(items, default=str)) <= max_bytes:  # about 2 us for a usual Pod's patch
+        return items
+    kept: list[Any] = []
+    used = 2
+    for item in items:
+        used += len(orjson.dumps(item, default=str)) + 1
+        if used > max_bytes - 160:  # room for the marker
+            return kept + [{"truncated": f"{len(items) - len(kept)} of {len(items)} items left out: an audit row "
+                                         f"keeps at most {max_bytes} bytes of this column"}]
+        kept.append(item)
+    return items
 
 
 def _gpus_asked(resources_before: list[JsonObject]) -> Decimal:

@@ -17,8 +17,14 @@ from .record import audit_record_build, pod_metadata, text_cut
 logger = logging.getLogger("volcano_injector.admission")
 
 
-def admission_review_handle(*, body: object) -> JsonObject:
-    """Answer one AdmissionReview body; raise admission.BadReview if it is not one."""
+# The largest JSON patch sent back, base64 included: a Pod's conversion patch is a few KiB; a larger
+# one means a Pod this webhook should not answer at that size (the API server holds the whole answer).
+MAX_PATCH_BASE64_BYTES = 512 * 1024
+
+
+def admission_review_handle(*, body: object, caller_verified: bool = False) -> JsonObject:
+    """Answer one AdmissionReview body; raise admission.BadReview if it is not one. `caller_verified`: the
+    caller presented a client certificate verified against TLS_CLIENT_CA_FILE (recorded in the audit row)."""
     started = time.perf_counter()
     request = admission.parse_review(body)
     preview: Preview | None = None
@@ -34,7 +40,8 @@ def admission_review_handle(*, body: object) -> JsonObject:
                       duration_seconds=duration)
     if not request.dry_run and settings.INJECTOR_AUDIT_ENABLED:
         audit_record_submit(record=audit_record_build(request=request, preview=preview, decision=decision,
-                                                      reason=reason, field=field, duration=duration))
+                                                      reason=reason, field=field, duration=duration,
+                                                      caller_verified=caller_verified))
     _log(request, preview, decision, reason, duration)
     return response
 
@@ -54,6 +61,12 @@ def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | 
         )
     elif result.decision is Decision.MUTATED:
         response = admission.review_response(request.uid, allowed=True, patch=preview.patch, warnings=result.warnings)
+        size = len(response["response"].get("patch", ""))
+        if size > MAX_PATCH_BASE64_BYTES:
+            reason = (f"the patch for this Pod would be {size} bytes (base64); volcano-injector answers at most "
+                      f"{MAX_PATCH_BASE64_BYTES}: split the Pod or remove containers")
+            response = admission.review_response(request.uid, allowed=False, code=403, message=reason)
+            return response, preview, Decision.DENIED, reason, "spec"
     elif result.decision is Decision.AUDIT_ONLY:
         warnings = (f"namespace policy {result.policy!r} is audit-only, nothing was changed; {result.reason}",)
         response = admission.review_response(request.uid, allowed=True, warnings=warnings)

@@ -51,7 +51,8 @@ def mutate_answer(*, content_type: str, content_length: str | None, read, enviro
     with the request (400 not an AdmissionReview or not JSON, 403 no client certificate while mTLS
     is configured, 413 too large, 415 not JSON).
     """
-    if settings.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT and not client_certificate_presented(environ):
+    caller_verified = settings.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT and client_certificate_presented(environ)
+    if settings.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT and not caller_verified:
         return _refused(403, "POST /mutate needs a TLS client certificate signed by a CA in TLS_CLIENT_CA_FILE "
                              "(mTLS is on); this connection presented none. Give the API server one in its "
                              "admission configuration (deploy/README.md, mTLS)")
@@ -73,7 +74,7 @@ def mutate_answer(*, content_type: str, content_length: str | None, read, enviro
         return _refused(400, f"request body is nested deeper than {MAX_NESTING} levels of objects and arrays; "
                              "an AdmissionReview for a Pod is not")
     try:
-        answer = admission_review_handle(body=body)
+        answer = admission_review_handle(body=body, caller_verified=caller_verified)
     except admission.BadReview as exc:
         return _refused(400, f"not an AdmissionReview: {exc}")
     return 200, orjson.dumps(answer)

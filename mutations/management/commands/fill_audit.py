@@ -211,6 +211,7 @@ class Command(BaseCommand):
             "owner_name": owner_name,
             "username": rng.choice(USERS),
             "dry_run": False,
+            "caller_verified": False,
             "duration_ms": round(rng.lognormvariate(-1.0, 0.6) + (rng.random() < 0.01) * rng.uniform(5, 60), 3),
             "replica": rng.choice(REPLICAS),
         }

@@ -45,6 +45,7 @@ def record(uid: str | None = None, **overrides) -> dict:
         "owner_kind": "ReplicaSet",
         "owner_name": "qwen-7b-5d9f8b7c6d",
         "username": "alice@example.com",
+        "caller_verified": False,
         "decision": "mutated",
         "reason": "1 container converted",
         "field": "",

@@ -1,0 +1,159 @@
+"""/mutate from a caller that is not the API server: what it can claim, and how much one request can cost.
+
+The view tests use Django's test client on PostgreSQL; the memory test runs the real server under
+gunicorn with TLS, as deploy/ does, and reads its workers' memory from /proc.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import time
+
+import orjson
+import pytest
+
+from mutations.models import AdmissionAudit
+from tests.support import pods
+
+# --- who called: every row says whether its caller proved it is the API server --------------------
+
+
+def forged_review() -> dict:
+    """What anyone who reaches the webhook port can send: the cluster admin, in kube-system."""
+    review = pods.review(pods.vllm_deployment_pod(namespace="kube-system"), namespace="kube-system")
+    review["request"]["userInfo"] = {"username": "system:admin", "groups": ["system:masters"]}
+    return review
+
+
+@pytest.mark.django_db
+def test_a_row_from_a_caller_without_a_verified_certificate_is_marked_unverified(post_review, admin_client):
+    post_review(forged_review())
+    row = AdmissionAudit.objects.get()
+    assert (row.username, row.namespace, row.caller_verified) == ("system:admin", "kube-system", False)
+    for page in ("/dashboard/history/", f"/dashboard/{row.id}/", "/dashboard/?window=24h"):
+        html = admin_client.get(page).content.decode()
+        if "system:admin" in html:
+            assert 'class="unverified"' in html, page
+    assert 'class="unverified"' in admin_client.get("/dashboard/history/").content.decode()
+    assert json.loads(admin_client.get(f"/api/v1/audit/{row.id}/").content)["caller_verified"] is False
+
+
+@pytest.mark.django_db
+def test_a_row_from_the_api_server_with_its_client_certificate_is_marked_verified(post_review, settings,
+                                                                                   monkeypatch, admin_client):
+    from mutations.webhook import views
+
+    settings.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT = True
+    monkeypatch.setattr(views, "client_certificate_presented", lambda environ: True)  # mTLS, as gunicorn saw it
+    post_review(pods.review(pods.vllm_deployment_pod()))
+    row = AdmissionAudit.objects.get()
+    assert row.caller_verified is True
+    assert 'class="unverified"' not in admin_client.get("/dashboard/history/").content.decode()
+
+
+# --- how much one request can make the webhook build and store ------------------------------------
+
+
+def many_containers_pod(count: int, **container_extra) -> dict:
+    pod = pods.vllm_deployment_pod()
+    template = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [{**template, "name": f"c{i}", **container_extra} for i in range(count)]
+    return pod
+
+
+@pytest.mark.django_db
+def test_a_pod_with_too_many_containers_is_denied_with_a_small_answer_and_a_small_row(post_review):
+    response = post_review(pods.review(many_containers_pod(5000)))
+    answer = response.json()["response"]
+    assert answer["allowed"] is False and "at most 100 per Pod" in answer["status"]["message"]
+    assert len(response.content) < 4096
+    row = AdmissionAudit.objects.get()
+    assert row.decision == "denied" and row.patch == [] and len(orjson.dumps(row.resources_before)) <= 64 * 1024
+
+
+@pytest.mark.django_db
+def test_an_audit_row_keeps_a_bounded_part_of_huge_resource_maps(post_review):
+    huge_limits = {f"example.com/r{i}-{'x' * 40}": "1" for i in range(150)}
+    pod = many_containers_pod(100)
+    for container in pod["spec"]["containers"]:
+        container["resources"]["limits"] = {**huge_limits, "nvidia.com/gpu": "1"}
+        container["resources"]["requests"] = dict(container["resources"]["limits"])
+    post_review(pods.review(pod))
+    row = AdmissionAudit.objects.get()
+    assert row.decision == "mutated"
+    stored = orjson.dumps(row.resources_before)
+    assert len(stored) <= 64 * 1024
+    first = row.resources_before[0]["resources"]["limits"]
+    assert "nvidia.com/gpu" in first and len(first) == 16  # GPU names kept first
+    assert len(orjson.dumps(row.patch)) <= 64 * 1024
+
+
+# --- a worker's memory per request, in the real server -------------------------------------------
+
+
+def worker_memory_mib(pids: list[int]) -> dict[int, tuple[int, int]]:
+    """(current RSS, peak RSS) per worker, in MiB, from /proc/<pid>/status."""
+    found = {}
+    for pid in pids:
+        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":" in line)
+        found[pid] = (int(status["VmRSS"].split()[0]) // 1024, int(status["VmHWM"].split()[0]) // 1024)
+    return found
+
+
+def three_mib_review() -> bytes:
+    """As many minimal GPU containers as fit in the API server's 3 MiB (the review measured 68,000)."""
+    review = pods.review(pods.vllm_deployment_pod())
+    containers = review["request"]["object"]["spec"]["containers"]
+    size = len(orjson.dumps(review))
+    while size + 70 < 3 * 1024 * 1024:
+        containers.append({"name": f"c{len(containers)}", "resources": {"limits": {"nvidia.com/gpu": "1"}}})
+        size += len(orjson.dumps(containers[-1])) + 1
+    return orjson.dumps(review)
+
+
+@pytest.mark.slow
+def test_a_3_mib_admission_review_grows_a_worker_by_far_less_than_its_memory_limit(tmp_path, start_server):
+    from tests.support.servers import database_drop, database_recreate
+    from tests.support.tls import client_context, make_dev_certs
+
+    url = f"postgres://postgres@127.0.0.1:5432/test_volcano_injector_memory_{os.getpid()}"
+    database_recreate(url)
+    try:
+        certs = make_dev_certs(tmp_path / "certs")
+        server = start_server("injector_site.wsgi:application", {
+            "DATABASE_URL": url, "TLS_CERT_FILE": str(certs / "tls.crt"), "TLS_KEY_FILE": str(certs / "tls.key"),
+            "INJECTOR_AUDIT_SPOOL_DIR": str(tmp_path / "spool"), "LOG_LEVEL": "WARNING",
+            "INJECTOR_CONFIG_RECHECK_SECONDS": "1",
+        })
+        context = client_context(certs / "ca.crt")
+        conn = http.client.HTTPSConnection("localhost", server.port, context=context, timeout=60)
+
+        def post(body: bytes) -> dict:
+            conn.request("POST", "/mutate", body, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            assert response.status == 200
+            return json.loads(response.read())["response"]
+
+        for _ in range(20):  # warm both workers: their configuration and code are loaded
+            assert post(json.dumps(pods.review(pods.vllm_deployment_pod())).encode())["allowed"] is True
+            time.sleep(0.05)
+        before = worker_memory_mib(server.worker_pids())
+        body = three_mib_review()
+        assert len(body) <= 3 * 1024 * 1024
+        started = time.monotonic()
+        answer = post(body)
+        seconds = time.monotonic() - started
+        after = worker_memory_mib(server.worker_pids())
+        growth = max(after[pid][1] - before[pid][0] for pid in after if pid in before)
+        print(f"\n3 MiB review: answered in {seconds:.2f} s; worker RSS before {before}, after (RSS, peak) {after}; "
+              f"largest peak growth {growth} MiB")
+        assert answer["allowed"] is False and "at most 100 per Pod" in answer["status"]["message"]
+        assert growth < 128, f"a worker grew by {growth} MiB for one 3 MiB request (container limit 512 MiB, 2 workers)"
+        conn.close()
+    finally:
+        server_stop = locals().get("server")
+        if server_stop is not None:
+            server_stop.stop()
+        database_drop(url)
