@@ -21,6 +21,7 @@ The worker class, TLS reloading and the log format are in injector_site/workers.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import ssl
@@ -60,6 +61,36 @@ def _checked(read, *args, **kwargs):
 # The Deployment binds the webhook port (8443) and the admin/dashboard port (8444), so a
 # NetworkPolicy can open them to different peers.
 bind = _checked(env_list, "GUNICORN_BIND", "0.0.0.0:8443")
+
+
+def _loopback(address: str) -> bool:
+    """Whether a gunicorn bind address is reachable from this host only (a unix socket, localhost, 127/8, ::1)."""
+    if address.startswith(("unix:", "fd://")):
+        return True
+    host = address[1:address.find("]")] if address.startswith("[") else address.rsplit(":", 1)[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# Dev mode (and Django's debug pages) run with a public secret key, cookies without Secure and any Host
+# header: never where another machine can reach them, unless asked for in so many words.
+_dev_mode = _checked(env_bool, "INJECTOR_DEV_MODE") or _checked(env_bool, "DJANGO_DEBUG")
+if not _dev_mode and not _checked(env_list, "DJANGO_ALLOWED_HOSTS"):
+    raise SystemExit(
+        "gunicorn_conf: DJANGO_ALLOWED_HOSTS is empty: set it to the host names clients use (the Services' DNS "
+        "names and the Pod IP, as deploy/base/deployment.yaml does), or INJECTOR_DEV_MODE=true on 127.0.0.1"
+    )
+if _dev_mode and not all(_loopback(address) for address in bind) and \
+        not _checked(env_bool, "INJECTOR_DEV_MODE_FORCE"):
+    raise SystemExit(
+        f"gunicorn_conf: INJECTOR_DEV_MODE or DJANGO_DEBUG is on and GUNICORN_BIND={','.join(bind)} is reachable "
+        "from other hosts; dev mode has a public secret key and no secure cookies. Bind to 127.0.0.1, turn dev "
+        "mode off, or set INJECTOR_DEV_MODE_FORCE=true to run it anyway"
+    )
 workers = _checked(env_int, "WEB_CONCURRENCY", 2, minimum=1)
 # gthread keeps the API server's TLS connections open between admissions (sync workers close after
 # every response, so each request would pay a full handshake: see docs/benchmarks.md); this gthread

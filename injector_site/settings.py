@@ -31,10 +31,12 @@ if not SECRET_KEY:
         )
     SECRET_KEY = "insecure-dev-key-do-not-use-in-production"  # noqa: S105  (dev mode only, see above)
 
-# The API server calls the webhook by its Service DNS name; probes call the Pod IP.
+# The Host names Django answers (the admin, dashboard, API and probes; POST /mutate is answered ahead of
+# Django, injector_site/wsgi.py): the Services' DNS names, and the Pod IP the kubelet's probes and
+# Prometheus send (deploy/base/deployment.yaml sets them). Outside dev mode there is no default: empty,
+# Django answers no host, and gunicorn_conf.py refuses to start the server (commands such as migrate
+# and prune_audit serve nothing and need none).
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "*" if DEV_MODE else "")
-if not ALLOWED_HOSTS:
-    ALLOWED_HOSTS = ["*"]  # the webhook is reached by Pod IP; access is restricted by NetworkPolicy
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [

@@ -1,8 +1,10 @@
 """URLs: the webhook and probes at the root, operators' pages under /admin/, /dashboard/ and /api/."""
 
 from django.contrib import admin
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from rest_framework.permissions import IsAuthenticated
 
 from mutations.webhook import views as webhook_views
 
@@ -14,7 +16,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("profiles.urls")),
     path("api/v1/", include("mutations.api.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # The schema and its docs describe the API, which needs a login: so do they (a token or a session).
+    path("api/schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="schema"),
+    # The split view serves Swagger UI's start script as a file of its own: no inline script (CSP).
+    path("api/docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="schema")), name="api-docs"),
     path("dashboard/", include("mutations.dashboard.urls")),
 ]

@@ -28,6 +28,31 @@ class PodDocumentError(ValueError):
     """Text that is not one Pod in YAML or JSON."""
 
 
+# A Pod manifest is a few KiB. YAML aliases (*name) repeat a node without repeating its text: a 531-byte
+# document of nested aliases expanded to gigabytes ("billion laughs"). So the text, its aliases and the
+# expanded document are all bounded: at most MAX_YAML_ALIASES aliases expand a document by at most
+# 2**5, and the expanded JSON is checked too.
+MAX_POD_DOCUMENT_CHARS = 512 * 1024
+MAX_YAML_ALIASES = 10
+MAX_POD_JSON_BYTES = 2 * 1024 * 1024
+
+
+class _BoundedSafeLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (plain data only), refusing more than MAX_YAML_ALIASES aliases."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                raise PodDocumentError(f"the Pod uses more than {MAX_YAML_ALIASES} YAML aliases (*name); "
+                                       "write the repeated parts out")
+        return super().compose_node(parent, index)
+
+
 def config_version_bump(*, using: str = "default") -> None:
     """Raise the configuration version so every replica reloads its cached Catalog."""
     updated = ConfigVersion.objects.using(using).filter(pk=1).update(version=F("version") + 1)
@@ -115,10 +140,14 @@ def pod_document_parse(*, text: str | bytes) -> JsonObject:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise PodDocumentError(f"the Pod is not UTF-8 text: {exc}") from exc
+    if len(text) > MAX_POD_DOCUMENT_CHARS:
+        raise PodDocumentError(f"the Pod is {len(text)} characters long; accepted: at most {MAX_POD_DOCUMENT_CHARS}")
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = [d for d in yaml.load_all(text, Loader=_BoundedSafeLoader) if d is not None]
     except yaml.YAMLError as exc:
         raise PodDocumentError(f"the Pod is not valid YAML or JSON: {exc}") from exc
+    except RecursionError:
+        raise PodDocumentError("the Pod is nested too deeply to be a Pod") from None
     if len(documents) != 1:
         raise PodDocumentError(f"expected one Pod, found {len(documents)} YAML documents")
     return pod_document_check(document=documents[0])
@@ -136,9 +165,14 @@ def pod_document_check(*, document: object) -> JsonObject:
         raise PodDocumentError(f"expected kind: Pod, got kind: {kind}{hint}")
     if not isinstance(document.get("spec"), dict):
         raise PodDocumentError("the Pod has no spec")
-    # YAML allows keys and values JSON has no form for (dates, non-string keys): the API server would not.
+    # YAML allows keys and values JSON has no form for (dates, non-string keys, .inf and .nan): the API
+    # server would not.
     try:
-        copied: JsonObject = json.loads(json.dumps(document))
-        return copied
-    except (TypeError, ValueError) as exc:
-        raise PodDocumentError(f"the Pod holds a value JSON cannot carry: {exc}") from exc
+        text = json.dumps(document, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise PodDocumentError(f"the Pod holds a value JSON cannot carry (JSON has no infinity or NaN, and "
+                               f"only string keys): {exc}") from exc
+    if len(text) > MAX_POD_JSON_BYTES:
+        raise PodDocumentError(f"the Pod is {len(text)} bytes as JSON; accepted: at most {MAX_POD_JSON_BYTES}")
+    copied: JsonObject = json.loads(text)
+    return copied

@@ -104,6 +104,7 @@ class Server(GunicornProcess):
             "DATABASE_URL": url,
             "DJANGO_SECRET_KEY": "bench-" + os.urandom(16).hex(),
             "INJECTOR_DEV_MODE": "false",
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
             "INJECTOR_AUDIT_ENABLED": "true" if audit else "false",
             "INJECTOR_AUDIT_SPOOL_DIR": str(self.spool),
             "PROMETHEUS_MULTIPROC_DIR": str(work / "prometheus"),

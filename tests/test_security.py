@@ -31,6 +31,7 @@ def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
            if k not in ("DJANGO_SECRET_KEY", "DATABASE_URL", "DJANGO_DEBUG", "METRICS_TOKEN")}
     env.update({
         "INJECTOR_DEV_MODE": "false",
+        "DJANGO_ALLOWED_HOSTS": "volcano-injector.gpustack.svc,10.0.0.7",
         "DJANGO_SECRET_KEY_FILE": str(secrets / "secret-key"),
         "DATABASE_URL_FILE": str(secrets / "DATABASE_URL"),
         "METRICS_TOKEN_FILE": str(secrets / "metrics-token"),

@@ -1,7 +1,10 @@
 """GET /api/v1/audit/ (filtered, newest first, cursor pages) and GET /api/v1/audit/<id>/: for scripts."""
 
+from datetime import datetime
+
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import viewsets
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import IsAdminUser
 
@@ -17,6 +20,21 @@ class AuditCursorPagination(CursorPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def decode_cursor(self, request):
+        """The cursor of a `next`/`previous` link; anything else (edited, truncated) is a 400 naming it."""
+        refused = ValidationError({"cursor": ["not a cursor this API gave out: follow the next and previous "
+                                              "links of an earlier page, or leave cursor out for the first page"]})
+        try:
+            cursor = super().decode_cursor(request)
+        except NotFound:
+            raise refused from None
+        if cursor is not None and cursor.position is not None:
+            try:  # the position is the last row's created_at: anything else would reach the query
+                datetime.fromisoformat(cursor.position)
+            except ValueError:
+                raise refused from None
+        return cursor
 
 
 class AdmissionAuditViewSet(viewsets.ReadOnlyModelViewSet):

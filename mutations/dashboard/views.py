@@ -169,8 +169,19 @@ def _csv_lines(rows):
                 value = value.isoformat()
             elif column == "warnings":
                 value = " | ".join(value or [])
-            values.append(value)
+            values.append(csv_cell(value))
         yield writer.writerow(values)
+
+
+# A spreadsheet reads a cell starting with one of these as a formula (OWASP, "CSV Injection").
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A text cell a spreadsheet shows as text: a leading formula character gets a ' before it (OWASP)."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def _urlencode(filters: dict[str, str]) -> str:

@@ -145,10 +145,11 @@ def readyz(request):
     would stop every Pod creation in the cluster, while this one keeps answering from its cache.
     """
     catalog = catalog_current()
+    # Anyone who reaches the webhook port reads this: the error itself (host, port, role) is in the log.
     return JsonResponse({
         "status": "ok",
         "config_version": catalog.version,
-        "config_error": catalog_cache.last_error,
+        "config_error": "database unavailable" if catalog_cache.last_error else None,
     })
 
 

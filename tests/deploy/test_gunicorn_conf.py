@@ -107,6 +107,39 @@ def test_incomplete_configuration_stops_the_server(hello_app, start_server, env)
     assert "gunicorn_conf:" in server.log()
 
 
+@pytest.mark.parametrize("address", ["0.0.0.0", "[::]", "10.0.0.7"])
+def test_dev_mode_refuses_to_listen_beyond_loopback(hello_app, start_server, address):
+    from tests.support.servers import free_port
+
+    port = free_port()
+    server = start_server("hello_app:application", {"INJECTOR_DEV_MODE": "true", "GUNICORN_BIND": f"{address}:{port}"},
+                          cwd=hello_app, wait=False, port=port)
+    assert server.process.wait(timeout=30) != 0
+    assert "INJECTOR_DEV_MODE_FORCE" in server.log()
+
+
+def test_dev_mode_beyond_loopback_starts_only_when_forced(hello_app, start_server):
+    from tests.support.servers import free_port
+
+    port = free_port()
+    server = start_server("hello_app:application", {"INJECTOR_DEV_MODE": "true", "INJECTOR_DEV_MODE_FORCE": "true",
+                                                    "GUNICORN_BIND": f"0.0.0.0:{port}"}, cwd=hello_app, port=port)
+    assert server.process.poll() is None
+
+
+def test_production_refuses_to_start_without_allowed_hosts(hello_app, start_server):
+    server = start_server("hello_app:application", {"INJECTOR_DEV_MODE": "false", "DJANGO_ALLOWED_HOSTS": ""},
+                          cwd=hello_app, wait=False)
+    assert server.process.wait(timeout=30) != 0
+    assert "DJANGO_ALLOWED_HOSTS is empty" in server.log()
+
+
+def test_production_starts_with_allowed_hosts(hello_app, start_server):
+    server = start_server("hello_app:application", {"INJECTOR_DEV_MODE": "false", "DJANGO_ALLOWED_HOSTS": "localhost"},
+                          cwd=hello_app)
+    assert server.process.poll() is None
+
+
 def test_unreadable_certificate_stops_the_server_at_start(tmp_path, hello_app, start_server):
     certs = make_dev_certs(tmp_path / "a")
     other = make_dev_certs(tmp_path / "b")

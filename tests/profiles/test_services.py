@@ -1,5 +1,7 @@
 """Configuration writes: the single default, refused deletes, and reading Pod manifests."""
 
+import time
+
 import pytest
 
 from profiles.models import Preset
@@ -47,3 +49,57 @@ def test_pod_document_parse_reads_json():
 def test_pod_document_parse_says_what_is_wrong(text, message):
     with pytest.raises(PodDocumentError, match=message):
         pod_document_parse(text=text)
+
+
+# --- reading a Pod someone pasted: bounded, whatever the YAML -------------------------------------
+
+ALIAS_BOMB = """
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+kind: Pod
+spec: {containers: [{name: x, image: x, args: *i}]}
+"""
+
+
+@pytest.mark.parametrize("text, says", [
+    pytest.param(ALIAS_BOMB, "more than 10 YAML aliases", id="billion laughs"),
+    pytest.param("kind: Pod\nspec: {containers: [{name: x, image: x, resources: {limits: {cpu: .inf}}}]}",
+                 "infinity", id=".inf"),
+    pytest.param("kind: Pod\nspec: {containers: [{name: x, image: x, args: [.nan]}]}", "infinity or NaN", id=".nan"),
+    pytest.param("kind: Pod\nspec: " + "[" * 5000 + "]" * 5000, "nested too deeply", id="deep nesting"),
+    pytest.param("kind: Pod\nspec: {}\n#" + "x" * 600_000, "at most 524288", id="over the size cap"),
+])
+def test_a_pod_document_that_would_cost_more_than_a_pod_is_refused_with_the_reason(text, says):
+    started = time.monotonic()
+    with pytest.raises(PodDocumentError) as refused:
+        pod_document_parse(text=text)
+    assert says in str(refused.value)
+    assert time.monotonic() - started < 2
+
+
+def test_a_pod_with_a_few_yaml_aliases_still_reads():
+    pod = pod_document_parse(text="kind: Pod\nx: &env [{name: A, value: '1'}]\n"
+                                  "spec: {containers: [{name: a, image: x, env: *env}, {name: b, image: x, env: *env}]}")
+    assert pod["spec"]["containers"][1]["env"] == [{"name": "A", "value": "1"}]
+
+
+@pytest.mark.django_db
+def test_the_api_preview_refuses_an_alias_bomb_with_a_400_at_once(reader_api):
+    started = time.monotonic()
+    response = reader_api.post("/api/v1/preview/?namespace=team-a", ALIAS_BOMB, content_type="application/yaml")
+    assert response.status_code == 400 and "aliases" in response.json()["detail"]
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.django_db
+def test_the_api_preview_answers_a_400_not_a_500_for_yaml_infinity(reader_api):
+    text = "kind: Pod\nspec: {containers: [{name: x, image: x, resources: {limits: {cpu: .inf}}}]}"
+    response = reader_api.post("/api/v1/preview/?namespace=team-a", text, content_type="application/yaml")
+    assert response.status_code == 400 and "infinity" in response.json()["detail"]

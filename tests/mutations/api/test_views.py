@@ -94,3 +94,18 @@ def test_anonymous_and_non_staff_users_are_refused(client, django_user_model):
     assert client.get("/api/v1/audit/").status_code in (401, 403)
     client.force_login(django_user_model.objects.create_user("viewer", password="pw-for-tests-only"))
     assert client.get("/api/v1/audit/").status_code == 403
+
+
+@pytest.mark.parametrize("cursor", ["garbage", "cD1ub3QtYS1kYXRl", "bz0xJnA9bm90LWEtZGF0ZQ==", "cD0A"])
+def test_a_tampered_cursor_is_a_400_naming_the_cursor(api, cursor):
+    audit_row()
+    response = api.get("/api/v1/audit/", {"cursor": cursor})
+    assert response.status_code == 400 and "cursor" in response.json()
+
+
+def test_the_cursor_of_a_next_link_still_pages(api):
+    for index in range(3):
+        audit_row(request_uid=f"r{index}")
+    first = api.get("/api/v1/audit/", {"page_size": 2}).json()
+    second = api.get(first["next"]).json()
+    assert len(first["results"]) == 2 and len(second["results"]) == 1

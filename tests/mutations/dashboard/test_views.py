@@ -336,3 +336,13 @@ def test_overview_shows_why_the_last_scan_failed(staff_client):
     unconverted_scan_record(result=None, error="the Kubernetes API refused the scan (403 Forbidden)")
     page = html.unescape(staff_client.get("/dashboard/").content.decode())
     assert "failed: the Kubernetes API refused the scan (403 Forbidden)" in page
+
+
+@pytest.mark.parametrize("value", ["=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx"])
+def test_csv_export_cells_that_a_spreadsheet_would_run_as_formulas_are_text(staff_client, value):
+    """OWASP's CSV injection advice: a cell starting with = + - @ TAB or CR gets a ' before it."""
+    audit_row(generate_name=value, owner_name=value, reason="plain")
+    rows = list(csv.DictReader(io.StringIO(b"".join(staff_client.get("/dashboard/history.csv").streaming_content)
+                                           .decode(), newline="")))
+    assert rows[0]["generate_name"] == "'" + value and rows[0]["owner_name"] == "'" + value
+    assert rows[0]["reason"] == "plain" and rows[0]["namespace"] == "team-a"

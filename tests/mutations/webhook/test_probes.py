@@ -28,3 +28,23 @@ def test_metrics_token_is_required_when_set(client, settings):
     settings.METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+@pytest.mark.django_db
+def test_readyz_says_database_unavailable_without_the_error_text(client, monkeypatch):
+    from django.db import DatabaseError
+
+    from profiles import catalog
+
+    assert client.get("/readyz").json()["config_error"] is None  # configuration loaded while the database was up
+
+    def database_down():
+        raise DatabaseError('connection to server at "10.1.2.3", port 5432 failed: FATAL: role "injector" does not exist')
+
+    monkeypatch.setattr(catalog, "config_version_get", database_down)
+    logged = []
+    monkeypatch.setattr(catalog.logger, "warning", lambda message, **kwargs: logged.append(kwargs["extra"]["error"]))
+    body = client.get("/readyz").json()
+    assert body["status"] == "ok" and body["config_error"] == "database unavailable"
+    assert "10.1.2.3" not in str(body)
+    assert "10.1.2.3" in logged[0]  # the operator still finds it in the log
