@@ -28,6 +28,10 @@ class StoredJSONField(models.JSONField):
         return value
 
 
+# Who may read the audit anywhere (admin, dashboard, CSV, API): staff with this permission.
+AUDIT_VIEW_PERMISSION = "mutations.view_admissionaudit"
+
+
 class AdmissionAudit(models.Model):
     """What the webhook decided for one AdmissionReview, and why.
 

@@ -6,10 +6,10 @@ from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import viewsets
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import IsAdminUser
+from rest_framework.permissions import BasePermission
 
 from ..audit.filters import AuditFilter
-from ..models import AdmissionAudit
+from ..models import AUDIT_VIEW_PERMISSION, AdmissionAudit
 from .serializers import AdmissionAuditSerializer
 
 
@@ -37,6 +37,16 @@ class AuditCursorPagination(CursorPagination):
         return cursor
 
 
+class CanViewAudit(BasePermission):
+    """Staff with the audit view permission: who reads the audit in the admin and the dashboard."""
+
+    message = f"reading the admission audit needs a staff user with the permission {AUDIT_VIEW_PERMISSION}"
+
+    def has_permission(self, request, view) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and user.is_staff and user.has_perm(AUDIT_VIEW_PERMISSION))
+
+
 class AdmissionAuditViewSet(viewsets.ReadOnlyModelViewSet):
     """The admission audit, read-only: rows are written by the webhook and removed only by retention."""
 
@@ -45,4 +55,4 @@ class AdmissionAuditViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = AuditFilter
     filter_backends = [DjangoFilterBackend]
     pagination_class = AuditCursorPagination
-    permission_classes = [IsAdminUser]  # usernames and Pod names: staff only, like the dashboard
+    permission_classes = [CanViewAudit]  # usernames and Pod names: as the dashboard and the admin

@@ -1,4 +1,4 @@
-"""The audit dashboard (mounted at /dashboard/): staff only."""
+"""The audit dashboard (mounted at /dashboard/): staff with the audit view permission."""
 
 from django.urls import path
 

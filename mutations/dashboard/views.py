@@ -8,7 +8,10 @@ import logging
 from decimal import Decimal
 from urllib.parse import urlencode
 
+from functools import wraps
+
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -20,7 +23,7 @@ from ..audit.filters import AuditFilter
 from ..engine import Decision
 from ..engine.jsonpatch import unescape
 from ..engine.scheduling import QUEUE_ANNOTATION
-from ..models import AdmissionAudit
+from ..models import AUDIT_VIEW_PERMISSION, AdmissionAudit
 from ..unconverted import unconverted_scan_latest
 from . import charts
 from .resources import resources_side_by_side
@@ -32,6 +35,19 @@ EXPORT_MAX_ROWS = 100_000
 CSV_COLUMNS = ["created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name", "owner_kind",
                "owner_name", "username", "caller_verified", "decision", "reason", "field", "preset_name", "policy_name",
                "source", "gpus_requested", "vgpus_granted", "vgpu_memory_mib", "warnings", "duration_ms", "replica"]
+
+
+def audit_viewer_required(view):
+    """Staff with the audit view permission, as the admin's audit list asks: anonymous and non-staff users
+    are sent to the login page, staff without the permission are refused (403)."""
+
+    @wraps(view)
+    def checked(request, *args, **kwargs):
+        if not request.user.has_perm(AUDIT_VIEW_PERMISSION):
+            raise PermissionDenied(f"reading the admission audit needs the permission {AUDIT_VIEW_PERMISSION}")
+        return view(request, *args, **kwargs)
+
+    return staff_member_required(checked)
 
 
 def _backlog_rows() -> int | None:
@@ -52,7 +68,7 @@ def _context(request, **extra) -> dict:
 
 
 @require_GET
-@staff_member_required
+@audit_viewer_required
 def overview(request):
     window = request.GET.get("window", selectors.DEFAULT_WINDOW)
     if window not in selectors.WINDOWS:
@@ -92,7 +108,7 @@ def overview(request):
 
 
 @require_GET
-@staff_member_required
+@audit_viewer_required
 def history(request):
     filters = _filters(request)
     form = AuditFilter(filters, queryset=AdmissionAudit.objects.none()).form
@@ -116,7 +132,7 @@ def history(request):
 
 
 @require_GET
-@staff_member_required
+@audit_viewer_required
 def detail(request, audit_id: int):
     try:
         row = selectors.audit_get(audit_id=audit_id)
@@ -131,7 +147,7 @@ def detail(request, audit_id: int):
 
 
 @require_GET
-@staff_member_required
+@staff_member_required  # quotas, not the audit: the staff's, as before
 def budgets(request):
     """Each budgeted namespace's ResourceQuota: used and hard as `manage.py sync_quotas` last read them."""
     quotas = namespace_quota_list()
@@ -140,7 +156,7 @@ def budgets(request):
 
 
 @require_GET
-@staff_member_required
+@audit_viewer_required
 def export_csv(request):
     filters = _filters(request)
     try:

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
@@ -14,7 +15,10 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def staff(django_user_model):
-    return django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
+    """Staff with the audit view permission (mutations.view_admissionaudit)."""
+    user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_admissionaudit"))
+    return user
 
 
 @pytest.fixture
@@ -43,7 +47,7 @@ def test_list_pages_with_cursors_and_no_count(api, django_assert_max_num_queries
     now = timezone.now()
     for i in range(5):
         audit_row(request_uid=f"r{i}", created_at=now - timedelta(minutes=i))
-    with django_assert_max_num_queries(3) as captured:
+    with django_assert_max_num_queries(5) as captured:  # session, user, its permissions (2), the page
         first = api.get("/api/v1/audit/?page_size=2").json()
     assert not any("COUNT(" in q["sql"].upper() for q in captured.captured_queries)
     assert "count" not in first
@@ -109,3 +113,10 @@ def test_the_cursor_of_a_next_link_still_pages(api):
     first = api.get("/api/v1/audit/", {"page_size": 2}).json()
     second = api.get(first["next"]).json()
     assert len(first["results"]) == 2 and len(second["results"]) == 1
+
+
+def test_staff_without_the_audit_view_permission_is_refused(client, django_user_model):
+    audit_row()
+    client.force_login(django_user_model.objects.create_user("helpdesk", password="pw-for-tests-only", is_staff=True))
+    response = client.get("/api/v1/audit/")
+    assert response.status_code == 403 and "view_admissionaudit" in response.json()["detail"]

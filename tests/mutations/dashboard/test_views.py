@@ -8,6 +8,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from mutations import audit
@@ -32,7 +33,9 @@ def flush_audit():
 
 @pytest.fixture
 def staff_client(client, django_user_model):
+    """Logged in as staff with the audit view permission (mutations.view_admissionaudit)."""
     user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_admissionaudit"))
     client.force_login(user)
     return client
 
@@ -108,10 +111,10 @@ def test_overview_ignores_an_unknown_window(staff_client):
 
 
 def test_overview_query_count_does_not_grow_with_rows(staff_client, django_assert_num_queries):
-    # session + user; "anything new for the rollup?"; the rollup's mark, per-bucket and per-name
-    # counts (rollup and new rows in one query each), the mark again, latest problems; the latest
-    # unconverted-Pod scan.
-    on_a_quiet_page = 2 + 1 + 5 + 1
+    # session + user + the user's and its groups' permissions (the audit view permission); "anything new
+    # for the rollup?"; the rollup's mark, per-bucket and per-name counts (rollup and new rows in one query
+    # each), the mark again, latest problems; the latest unconverted-Pod scan.
+    on_a_quiet_page = 4 + 1 + 5 + 1
     # With new rows, the refresh: savepoint, lock timeout, lock, mark row ensured, mark, upper id,
     # count, new mark, release.
     after_new_rows = on_a_quiet_page + 9
@@ -209,8 +212,8 @@ def test_history_with_a_forged_cursor_is_a_400(staff_client):
 def test_history_page_takes_a_fixed_number_of_queries_and_no_count(staff_client, django_assert_num_queries):
     for i in range(60):
         audit_row(namespace=f"team-{i % 3}")
-    # session + user, the page (51 rows, no COUNT), the filter menus' presets and namespaces.
-    with django_assert_num_queries(5) as captured:
+    # session + user + its permissions (2), the page (51 rows, no COUNT), the filter menus' presets and namespaces.
+    with django_assert_num_queries(7) as captured:
         assert staff_client.get("/dashboard/history/?namespace=team-1").status_code == 200
     assert not any("COUNT(" in q["sql"].upper() for q in captured.captured_queries)
     page_sql = next(q["sql"] for q in captured.captured_queries if "mutations_admissionaudit" in q["sql"])
@@ -251,7 +254,7 @@ def test_detail_of_a_missing_row_is_a_404(staff_client):
 
 def test_detail_takes_one_query_for_the_row(staff_client, django_assert_num_queries):
     row = audit_row()
-    with django_assert_num_queries(3):  # session, user, the row
+    with django_assert_num_queries(5):  # session, user, its permissions (2), the row
         staff_client.get(f"/dashboard/admissions/{row.id}/")
 
 
@@ -346,3 +349,12 @@ def test_csv_export_cells_that_a_spreadsheet_would_run_as_formulas_are_text(staf
                                            .decode(), newline="")))
     assert rows[0]["generate_name"] == "'" + value and rows[0]["owner_name"] == "'" + value
     assert rows[0]["reason"] == "plain" and rows[0]["namespace"] == "team-a"
+
+
+@pytest.mark.parametrize("path", ["/dashboard/", "/dashboard/history/", "/dashboard/history.csv",
+                                  "/dashboard/admissions/{id}/"])
+def test_staff_without_the_audit_view_permission_is_refused_as_the_admin_refuses_it(client, django_user_model, path):
+    row = audit_row()
+    client.force_login(django_user_model.objects.create_user("helpdesk", password="pw-for-tests-only", is_staff=True))
+    assert client.get(path.format(id=row.id)).status_code == 403
+    assert client.get("/admin/mutations/admissionaudit/").status_code == 403
