@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_prometheus",
+    "axes",
     "injector_site",
     "profiles",
     "mutations",
@@ -70,7 +71,25 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "injector_site.middleware.PrometheusAfterMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with 429.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# django-axes first: it refuses a locked-out user name and address before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# After this many wrong passwords for one user name from one address, that pair is locked out for
+# AXES_COOLOFF_TIME (hours); a right password meanwhile is refused too. A success resets the count.
+AXES_FAILURE_LIMIT = env_int("INJECTOR_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = env_float("INJECTOR_LOGIN_LOCKOUT_MINUTES", 15, minimum=1) / 60
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The client address is the TCP peer's: gunicorn terminates TLS itself, so X-Forwarded-For would be the
+# client's own claim.
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "injector_site.urls"
 WSGI_APPLICATION = "injector_site.wsgi.application"
@@ -179,7 +198,7 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 REST_FRAMEWORK = {
     # Token for scripts and CI pipelines, session for the browser (and the browsable admin).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "profiles.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -254,6 +273,10 @@ METRICS_TOKEN = env("METRICS_TOKEN", "") or ""
 # The most namespaces one process labels the vGPU-granted metrics with; later ones are counted as
 # namespace="_other". 0 drops the label's values (every namespace is "_all"), for very large clusters.
 INJECTOR_METRICS_MAX_NAMESPACES = env_int("INJECTOR_METRICS_MAX_NAMESPACES", 500, minimum=0)
+# REST API tokens (manage.py issue_token): how long a new one is valid, and how many bad tokens one
+# address may send per minute (per process) before it gets 429.
+INJECTOR_API_TOKEN_DAYS = env_int("INJECTOR_API_TOKEN_DAYS", 90, minimum=1)
+INJECTOR_API_BAD_TOKENS_PER_MINUTE = env_int("INJECTOR_API_BAD_TOKENS_PER_MINUTE", 20, minimum=1)
 # Audit rows older than this are removed by `manage.py prune_audit` without --older-than.
 AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 90)
 

@@ -16,7 +16,7 @@ from django.utils.http import urlencode
 from mutations.engine import is_namespace_pattern
 
 from .forms import GpuModelForm, NamespacePolicyForm, PodPreviewForm, PresetForm
-from .models import GpuModel, NamespacePolicy, NamespaceQuota, Preset
+from .models import ApiToken, GpuModel, NamespacePolicy, NamespaceQuota, Preset
 from .preview import pod_preview, preview_answer
 from .selectors import (
     gpu_model_list,
@@ -303,4 +303,31 @@ class NamespaceQuotaAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+
+# DRF's own token admin lists every user's key in plaintext; its table is emptied by migration
+# profiles.0004 and no longer used (profiles/api/authentication.py).
+try:
+    from rest_framework.authtoken.models import TokenProxy
+
+    admin.site.unregister(TokenProxy)
+except (ImportError, admin.sites.NotRegistered):
+    pass
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens by user, with expiry and last use; never the token (only its digest is stored). Delete to revoke."""
+
+    list_display = ("prefix", "user", "created_at", "expires_at", "last_used_at")
+    list_select_related = ("user",)
+    search_fields = ("user__username", "prefix")
+    readonly_fields = ("user", "prefix", "created_at", "expires_at", "last_used_at")
+    exclude = ("digest",)
+
+    def has_add_permission(self, request) -> bool:
+        return False  # issued by manage.py issue_token, which shows the token once
+
+    def has_change_permission(self, request, obj=None) -> bool:
         return False

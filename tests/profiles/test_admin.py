@@ -251,3 +251,23 @@ def test_preview_action_opens_the_page_with_the_policy_namespace(staff_client):
     response = staff_client.post("/admin/profiles/namespacepolicy/",
                                  {"action": "preview_pod_action", "_selected_action": [str(policy.pk)]})
     assert response.status_code == 302 and response["Location"] == f"{PREVIEW}?namespace=team-a"
+
+
+def test_the_admin_login_locks_a_user_name_and_address_out_after_repeated_wrong_passwords(client, settings):
+    """django-axes: 40 wrong passwords in 10 s followed by the right one logged in before."""
+    User.objects.create_user("target", password="the-right-password", is_staff=True)
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        response = client.post("/admin/login/", {"username": "target", "password": "guess"})
+        assert response.status_code == 200 and not response.wsgi_request.user.is_authenticated
+    assert client.post("/admin/login/", {"username": "target", "password": "guess"}).status_code == 429
+    response = client.post("/admin/login/", {"username": "target", "password": "the-right-password"})
+    assert response.status_code == 429
+    assert client.get("/admin/").status_code == 302  # still not logged in
+
+
+def test_a_right_password_before_the_limit_logs_in_and_resets_the_count(client, settings):
+    User.objects.create_user("target", password="the-right-password", is_staff=True)
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        client.post("/admin/login/", {"username": "target", "password": "guess"})
+    response = client.post("/admin/login/", {"username": "target", "password": "the-right-password"})
+    assert response.status_code == 302 and client.get("/admin/").status_code == 200

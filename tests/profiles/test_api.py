@@ -1,8 +1,9 @@
 """/api/v1/presets/, /api/v1/gpu-models/, /api/v1/namespace-policies/ on PostgreSQL."""
 
 import pytest
+from django.http import HttpRequest
 from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
+from profiles.services import api_token_issue
 from rest_framework.test import APIClient
 
 from profiles.models import ConfigVersion, GpuModel, NamespacePolicy, Preset
@@ -84,7 +85,7 @@ def test_create_answers_with_the_row_as_a_get_shows_it(operator_api):
 
 def test_token_authentication_lets_a_script_write(operator):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=operator).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(username=operator.username)[0]}")
     assert client.post(PRESETS, new_preset(), format="json").status_code == 201
 
 
@@ -94,15 +95,22 @@ def test_a_wrong_token_is_refused():
     assert client.get(PRESETS).status_code == 401
 
 
+def login_request() -> HttpRequest:
+    """The request django-axes needs to see for a login (it counts failures per user name and address)."""
+    request = HttpRequest()
+    request.META["REMOTE_ADDR"] = "127.0.0.1"
+    return request
+
+
 def test_session_login_reads_the_api_in_a_browser(client):
     User.objects.create_user("browser", password="pw-browser")
-    assert client.login(username="browser", password="pw-browser")
+    assert client.login(request=login_request(), username="browser", password="pw-browser")
     assert client.get(PRESETS).status_code == 200
 
 
 def test_session_write_needs_the_csrf_token(operator):
     client = APIClient(enforce_csrf_checks=True)
-    client.login(username="operator", password="pw-operator")
+    client.login(request=login_request(), username="operator", password="pw-operator")
     assert client.post(PRESETS, new_preset(), format="json").status_code == 403
     assert not Preset.objects.filter(name="custom").exists()
 
@@ -356,3 +364,17 @@ def test_every_write_raises_the_configuration_version(operator_api, django_captu
     with django_capture_on_commit_callbacks(execute=True):
         operator_api.patch(preset_url("llm-7b"), {"vgpu_cores_percent": 40}, format="json")
     assert ConfigVersion.objects.get(pk=1).version > before
+
+
+def test_too_many_bad_tokens_from_one_address_are_answered_429(settings, operator):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.INJECTOR_API_BAD_TOKENS_PER_MINUTE = 3
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token vi_guess")
+    assert [client.get(PRESETS).status_code for _ in range(3)] == [401, 401, 401]
+    assert client.get(PRESETS).status_code == 429
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(username=operator.username)[0]}")
+    assert client.get(PRESETS).status_code == 429  # the address waits out the minute, whatever it sends
+    cache.clear()

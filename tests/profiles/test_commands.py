@@ -1,17 +1,19 @@
 """manage.py preview_pod and issue_token."""
 
+from datetime import timedelta
+
 import io
 import json
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
-from rest_framework.authtoken.models import Token
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from mutations.audit import audit_flush
 from mutations.models import AdmissionAudit
-from profiles.models import NamespacePolicy
+from profiles.models import ApiToken, NamespacePolicy
 from profiles.selectors import pod_yaml
 from tests.support import pods
 
@@ -76,16 +78,42 @@ def test_issue_token_prints_a_token_that_authenticates():
     assert client.get("/api/v1/presets/").status_code == 200
 
 
-def test_issue_token_prints_the_same_token_again():
+def get_with(token: str):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client.get("/api/v1/presets/")
+
+
+def test_issue_token_shows_a_token_once_and_stores_only_its_digest():
+    """Printed once: a database dump, the admin or a second call never shows it again."""
     User.objects.create_user("ci-bot")
-    assert run("issue_token", "ci-bot") == run("issue_token", "ci-bot")
+    first, second = run("issue_token", "ci-bot").strip(), run("issue_token", "ci-bot").strip()
+    assert first != second and get_with(first).status_code == get_with(second).status_code == 200
+    stored = list(ApiToken.objects.values_list("digest", "prefix"))
+    assert len(stored) == 2 and not any(first in value or second in value for row in stored for value in row)
 
 
-def test_issue_token_rotate_replaces_the_old_token():
+def test_issue_token_rotate_revokes_the_old_tokens():
     User.objects.create_user("ci-bot")
     old = run("issue_token", "ci-bot").strip()
     new = run("issue_token", "ci-bot", "--rotate").strip()
-    assert new != old and not Token.objects.filter(key=old).exists()
+    assert get_with(old).status_code == 401 and get_with(new).status_code == 200
+
+
+def test_an_expired_token_is_refused_and_says_so():
+    User.objects.create_user("ci-bot")
+    token = run("issue_token", "ci-bot", "--days", "1").strip()
+    ApiToken.objects.update(expires_at=timezone.now() - timedelta(minutes=1))
+    response = get_with(token)
+    assert response.status_code == 401 and "expired" in response.json()["detail"]
+
+
+def test_a_token_records_when_it_was_last_used():
+    User.objects.create_user("ci-bot")
+    token = run("issue_token", "ci-bot").strip()
+    assert ApiToken.objects.get().last_used_at is None
+    get_with(token)
+    assert timezone.now() - ApiToken.objects.get().last_used_at < timedelta(seconds=30)
 
 
 def test_issue_token_for_an_unknown_user_is_an_error():

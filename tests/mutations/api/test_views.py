@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
+from profiles.services import api_token_issue
 
 from mutations.models import AdmissionAudit
 from tests.support.audit import audit_row
@@ -88,8 +88,8 @@ def test_rows_cannot_be_changed_through_the_api(api, method):
 
 def test_scripts_authenticate_with_a_token(client, staff):
     audit_row()
-    token = Token.objects.create(user=staff)
-    response = client.get("/api/v1/audit/", HTTP_AUTHORIZATION=f"Token {token.key}")
+    token, _ = api_token_issue(username=staff.username)
+    response = client.get("/api/v1/audit/", HTTP_AUTHORIZATION=f"Token {token}")
     assert response.status_code == 200 and len(response.json()["results"]) == 1
 
 
