@@ -63,6 +63,7 @@ MIDDLEWARE = [
     "injector_site.body_limit.BodySizeLimitMiddleware",
     "injector_site.middleware.WebhookPortMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "injector_site.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -104,7 +104,7 @@ class PodPreviewForm(forms.Form):
     )
     pod_yaml = forms.CharField(
         label="Pod YAML", widget=forms.Textarea(attrs={"rows": 24, "cols": 100, "spellcheck": "false",
-                                                       "style": "font-family: monospace"}),
+                                                       "class": "pod-yaml"}),
         help_text="A Pod manifest (kind: Pod) in YAML or JSON, as you would pass to kubectl apply -f.",
     )
 

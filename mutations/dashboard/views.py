@@ -95,7 +95,8 @@ def overview(request):
         memory_chart=charts.area(buckets=data.buckets, values=[gib(m) for m in data.memory_mib],
                                  bucket=data.bucket, title=f"vGPU memory granted per {per}", unit="GiB"),
         top_namespaces=[{**n, "width": n["n"] / top_count * 100, "problem_width": n["problems"] / top_count * 100,
-                         "gib": gib(n["mib"])} for n in data.top_namespaces],
+                         "ok_width": (n["n"] - n["problems"]) / top_count * 100, "gib": gib(n["mib"])}
+                        for n in data.top_namespaces],
         top_presets=[{**p, "width": p["n"] / top_preset * 100, "gib": gib(p["mib"])}
                      for p in data.top_presets],
         conversions=data.totals.get(Decision.MUTATED.value, 0),

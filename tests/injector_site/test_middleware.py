@@ -63,3 +63,19 @@ def test_mutate_is_counted_by_its_own_metrics_not_the_generic_view_metrics(clien
     assert 'view="healthz"' in text
     assert 'view="mutate"' not in text
     assert 'volcano_injector_admissions_total{decision="mutated",size_source="default"}' in text
+
+
+# --- Content-Security-Policy (injector_site/csp.py) ----------------------------------------------------
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/admin/login/", "/dashboard/", "/admin/", "/api/v1/presets/", "/healthz"])
+def test_every_page_forbids_inline_and_foreign_scripts_and_styles(admin_client, path):
+    policy = admin_client.get(path)["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "style-src 'self';" in policy and "object-src 'none'" in policy
+    assert "frame-ancestors 'none'" in policy and "unsafe-inline" not in policy
+
+
+@pytest.mark.django_db
+def test_swagger_ui_alone_may_use_inline_styles_never_inline_scripts(admin_client):
+    policy = admin_client.get("/api/docs/")["Content-Security-Policy"]
+    assert "style-src 'self' 'unsafe-inline'" in policy and "script-src 'self';" in policy
