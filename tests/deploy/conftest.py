@@ -16,9 +16,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
 VENV_BIN = Path(sys.executable).parent
 
-# Every kustomization an operator may apply: the two overlays, and production (or trial) with
+# Every kustomization an operator may apply: the overlays, and production (or trial) with
 # optional components (the combinations are generated in a temporary directory).
-OVERLAYS = ["overlays/production", "overlays/trial"]
+OVERLAYS = ["overlays/production", "overlays/trial", "overlays/production-mtls", "overlays/production-managed"]
 COMPONENT_COMBINATIONS = [
     ("components/all-pods",),
     ("components/fail-closed",),

@@ -171,9 +171,11 @@ def test_mtls_component_mounts_the_client_ca_where_the_server_reads_it(builds):
     assert config["INJECTOR_FAILURE_POLICY"] == "Ignore"  # merged into, not replacing, the base's settings
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     mount = mounts[posixpath.dirname(ca_file)]
-    assert mount.get("readOnly") and "subPath" not in mount  # a whole directory: ConfigMap updates arrive
+    assert mount.get("readOnly") and "subPath" not in mount  # a whole directory: renewals arrive
     volumes = {v["name"]: v for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]}
-    assert volumes[mount["name"]]["configMap"]["name"] == "volcano-injector-client-ca"
+    secret = volumes[mount["name"]]["secret"]
+    assert secret["secretName"] == "volcano-injector-client-ca"
+    assert secret["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # never the CA's key
     assert posixpath.basename(ca_file) == "ca.crt"
     # the other mounts are still there (a strategic merge by name, not a replaced list)
     assert set(mounts) > {m["mountPath"] for m in injector_container(builds["overlays/production"])["volumeMounts"]}
@@ -675,3 +677,45 @@ def test_readme_covers_install_operations_and_the_errors_operators_hit():
     for word in ("nvidia/cuda", "nvidia.com/gpu: 1", "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory",
                  "INJECTOR_FAILURE_POLICY", "emptyDir"):
         assert word in text, word
+
+
+def test_mtls_component_has_cert_manager_issue_the_client_ca_and_the_api_servers_certificate(builds):
+    objects = builds["overlays/production+mtls"]
+    ca = find_object(objects, "Certificate", "volcano-injector-client-ca")
+    assert ca["spec"]["isCA"] is True and ca["spec"]["secretName"] == "volcano-injector-client-ca"
+    issuer = find_object(objects, "Issuer", "volcano-injector-client-ca")
+    assert issuer["spec"]["ca"]["secretName"] == "volcano-injector-client-ca"
+    client = find_object(objects, "Certificate", "volcano-injector-apiserver-client")
+    assert client["spec"]["issuerRef"]["name"] == "volcano-injector-client-ca"
+    assert "client auth" in client["spec"]["usages"] and "server auth" not in client["spec"]["usages"]
+    # The serving CA is another one: a client certificate cannot come from the serving chain.
+    assert find_object(objects, "Certificate", "volcano-injector-serving")["spec"]["issuerRef"]["name"] != \
+        "volcano-injector-client-ca"
+
+
+def test_production_mtls_overlay_is_production_with_the_mtls_component(builds):
+    overlay, combination = builds["overlays/production-mtls"], builds["overlays/production+mtls"]
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in overlay) == \
+        sorted((o["kind"], o["metadata"]["name"]) for o in combination)
+
+
+def test_managed_overlay_opens_the_webhook_port_to_the_control_plane_range_it_names(kubectl, tmp_path):
+    import shutil
+
+    from .conftest import DEPLOY_DIR, kustomize_build
+
+    copy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY_DIR, copy)
+    overlay = copy / "overlays" / "production-managed" / "kustomization.yaml"
+    overlay.write_text(overlay.read_text().replace("WEBHOOK_SOURCE_CIDR=0.0.0.0/0", "WEBHOOK_SOURCE_CIDR=172.16.0.0/28"))
+    policy = find_object(kustomize_build(kubectl, overlay.parent), "NetworkPolicy", NAME)
+    webhook_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "https")
+    assert webhook_rule["from"] == [{"ipBlock": {"cidr": "172.16.0.0/28"}}]
+    ui_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "https-ui")
+    assert "ipBlock" not in str(ui_rule)  # the UI port keeps its own peers
+
+
+def test_managed_overlay_as_shipped_keeps_the_webhook_port_open_so_an_install_works_out_of_the_box(builds):
+    policy = find_object(builds["overlays/production-managed"], "NetworkPolicy", NAME)
+    webhook_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "https")
+    assert webhook_rule["from"] == [{"ipBlock": {"cidr": "0.0.0.0/0"}}]
