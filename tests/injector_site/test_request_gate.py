@@ -132,10 +132,13 @@ def test_slow_clients_do_not_stop_mutate_on_open_or_new_connections(tls_server):
     opened = time.monotonic()
     try:
         status, seconds = mutate(keepalive)
+        print(f"\n{len(slow)} slow clients: /mutate on an open keep-alive connection took {seconds * 1000:.1f} ms")
         assert status == 200 and seconds < 1, f"/mutate on an open connection: {status} in {seconds:.2f} s"
         fresh = http.client.HTTPSConnection("localhost", tls_server.port, context=tls_server.context,
                                             timeout=API_SERVER_TIMEOUT_SECONDS * 2)
         status, seconds = mutate(fresh)
+        print(f"{len(slow)} slow clients: /mutate on a new connection (TLS handshake included) took "
+              f"{seconds * 1000:.1f} ms")
         assert status == 200 and seconds < 1, f"/mutate on a new connection: {status} in {seconds:.2f} s"
         fresh.request("GET", "/healthz")
         assert fresh.getresponse().read() == b"ok\n"  # the liveness probe answers too
