@@ -92,12 +92,14 @@ class RequestFrame:
         if length > self.max_body_bytes:
             self._verdict = READY_CLOSE
             return
-        self._needed = self._body_start + length
+        self._needed = (self._body_start or 0) + length  # set by state() before it reads the head
 
     def _chunked_state(self) -> str:
         buffer = self.buffer
         while True:
             at = self._chunk_at
+            if at is None:  # not chunked: state() never gets here
+                return READY_CLOSE
             line_end = buffer.find(b"\r\n", at)
             if line_end < 0:
                 return READY_CLOSE if len(buffer) - at > 1024 else WAIT

@@ -30,15 +30,24 @@ from __future__ import annotations
 import errno
 import io
 import selectors
+import socket
 import ssl
+import threading
 import time
+from collections import deque
+from concurrent.futures import Future
 from functools import partial
+from typing import TYPE_CHECKING
 
 from gunicorn import http
 from gunicorn import sock as gunicorn_sock
+from gunicorn.config import Config
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from .framing import HEAD_TOO_LARGE, READY, READY_CLOSE, WAIT, RequestFrame
+
+if TYPE_CHECKING:
+    from gunicorn._types import _AddressType  # the stubs' name for a listener's address
 
 READ_CHUNK_BYTES = 64 * 1024
 REPORT_EVERY_SECONDS = 10.0
@@ -48,7 +57,8 @@ _CLOSED = "closed"  # the client closed, or the connection failed
 class GatedConn(TConn):
     """A connection with the request it is reading, and until when it may take."""
 
-    def __init__(self, cfg, sock, client, server, max_body_bytes: int) -> None:
+    def __init__(self, cfg: Config, sock: socket.socket, client: _AddressType, server: _AddressType,
+                 max_body_bytes: int) -> None:
         super().__init__(cfg, sock, client, server)
         self.frame = RequestFrame(max_body_bytes)
         self.deadline = 0.0
@@ -66,6 +76,12 @@ class GatedThreadWorker(ThreadWorker):
     max_pending = 256
     pending_buffer_bytes = 24 * 1024 * 1024
 
+    # gthread's own attributes and method (gunicorn 23), which its type stubs do not declare.
+    _lock: threading.RLock
+    _keep: deque[TConn]
+    if TYPE_CHECKING:
+        def _wrap_future(self, fs: Future[tuple[bool, TConn]], conn: TConn) -> None: ...
+
     def init_process(self) -> None:
         self._pending: dict[GatedConn, None] = {}  # insertion order is deadline order
         self._pending_bytes = 0
@@ -75,7 +91,7 @@ class GatedThreadWorker(ThreadWorker):
         super().init_process()
 
     # --- new connections -----------------------------------------------------------------------
-    def accept(self, server, listener) -> None:
+    def accept(self, server: _AddressType, listener: socket.socket) -> None:
         try:
             sock, client = listener.accept()
         except OSError as exc:
@@ -91,8 +107,9 @@ class GatedThreadWorker(ThreadWorker):
         self._pending_add(conn)
         self._wait(conn, selectors.EVENT_READ)
 
-    def on_client_socket_readable(self, conn, client) -> None:
+    def on_client_socket_readable(self, conn: TConn, client: socket.socket) -> None:
         """A kept-alive connection has more to say: read its next request here, not in a thread."""
+        assert isinstance(conn, GatedConn)  # every connection of this worker is one
         with self._lock:
             self.poller.unregister(client)
             try:
@@ -107,7 +124,7 @@ class GatedThreadWorker(ThreadWorker):
         with self._lock:
             self.poller.register(conn.sock, events, partial(self._on_event, conn))
 
-    def _on_event(self, conn: GatedConn, fileobj) -> None:
+    def _on_event(self, conn: GatedConn, fileobj: socket.socket) -> None:
         with self._lock:
             self.poller.unregister(fileobj)
         self._advance(conn)
@@ -161,8 +178,7 @@ class GatedThreadWorker(ThreadWorker):
     def _dispatch(self, conn: GatedConn, *, close_after: bool) -> None:
         self._pending_remove(conn)
         conn.close_after = close_after
-        conn.sock.setblocking(True)
-        # Anything the thread still reads or writes on this socket has a deadline too.
+        # Blocking again, for the thread; anything it still reads or writes has a deadline too.
         conn.sock.settimeout(self.request_read_seconds)
         if conn.parser is None:
             conn.parser = http.RequestParser(self.cfg, conn.sock, conn.client)
@@ -179,15 +195,16 @@ class GatedThreadWorker(ThreadWorker):
             pass
 
     # --- in the thread -------------------------------------------------------------------------------
-    def handle(self, conn: GatedConn):
+    def handle(self, conn: TConn) -> tuple[bool, TConn]:
         """gthread's handle, then: requests the client sent behind this one (pipelined) are answered
         in turn while they are whole in memory; a partial one goes back to the main loop with the socket."""
+        assert isinstance(conn, GatedConn)  # every connection of this worker is one
         while True:
-            keepalive, conn = super().handle(conn)
-            if not keepalive or conn.close_after:
+            keepalive, _ = super().handle(conn)
+            if not keepalive or conn.close_after or conn.parser is None:
                 return False, conn
             message = conn.parser.mesg
-            if message is not None:  # a body the app did not read, already in memory
+            if message is not None and message.body is not None:  # a body the app did not read, in memory
                 while message.body.read(READ_CHUNK_BYTES):
                     pass
             unreader = conn.parser.unreader

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.exceptions import NotRegistered
 from django.core.exceptions import PermissionDenied
 from django.db.models import ProtectedError
 from django.http import HttpResponseRedirect
@@ -312,7 +313,7 @@ try:
     from rest_framework.authtoken.models import TokenProxy
 
     admin.site.unregister(TokenProxy)
-except (ImportError, admin.sites.NotRegistered):
+except (ImportError, NotRegistered):
     pass
 
 

@@ -44,11 +44,11 @@ MAX_POD_JSON_BYTES = 2 * 1024 * 1024
 class _BoundedSafeLoader(yaml.SafeLoader):
     """PyYAML's safe loader (plain data only), refusing more than MAX_YAML_ALIASES aliases."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._aliases = 0
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_YAML_ALIASES:
@@ -127,7 +127,7 @@ def namespace_policy_delete(*, policy: NamespacePolicy) -> None:
     policy.delete()
 
 
-TOKEN_PREFIX = "vi_"
+TOKEN_PREFIX = "vi_"  # noqa: S105 - a public marker at the start of every token, not a secret
 
 
 def api_token_digest(token: str) -> str:

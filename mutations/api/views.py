@@ -23,15 +23,16 @@ class AuditCursorPagination(CursorPagination):
 
     def decode_cursor(self, request):
         """The cursor of a `next`/`previous` link; anything else (edited, truncated) is a 400 naming it."""
-        refused = ValidationError({"cursor": ["not a cursor this API gave out: follow the next and previous "
-                                              "links of an earlier page, or leave cursor out for the first page"]})
+        message = ("not a cursor this API gave out: follow the next and previous links of an earlier page, or "
+                   "leave cursor out for the first page")
+        refused = ValidationError({"cursor": [message]})
         try:
             cursor = super().decode_cursor(request)
         except NotFound:
             raise refused from None
         if cursor is not None and cursor.position is not None:
             try:  # the position is the last row's created_at: anything else would reach the query
-                datetime.fromisoformat(cursor.position)
+                datetime.fromisoformat(str(cursor.position))
             except ValueError:
                 raise refused from None
         return cursor

@@ -6,9 +6,8 @@ import csv
 import json
 import logging
 from decimal import Decimal
-from urllib.parse import urlencode
-
 from functools import wraps
+from urllib.parse import urlencode
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied

@@ -30,9 +30,10 @@ _DRIVER_NAME = re.compile(r"^(lib)?(nvidia|cuda)", re.IGNORECASE)
 _DEVICE_CAPABILITIES = frozenset({"ALL", "SYS_ADMIN", "SYS_RAWIO", "SYS_MODULE", "MKNOD"})
 
 
-def pod_size_check(*, spec: dict) -> None:
+def pod_size_check(*, spec: JsonObject) -> None:
     """Deny a Pod with more containers than the engine handles, before anything walks them."""
-    count = sum(len(spec.get(key)) for key, _ in CONTAINER_LISTS if isinstance(spec.get(key), list))
+    lists = [spec.get(key) for key, _ in CONTAINER_LISTS]
+    count = sum(len(items) for items in lists if isinstance(items, list))
     if count > MAX_CONTAINERS_PER_POD:
         raise Denial(
             "spec.containers",
@@ -41,7 +42,7 @@ def pod_size_check(*, spec: dict) -> None:
         )
 
 
-def privileged_check(*, spec: dict, containers: list[Container], policy: PolicySpec) -> None:
+def privileged_check(*, spec: JsonObject, containers: list[Container], policy: PolicySpec) -> None:
     """Deny a GPU Pod that could reach every GPU of its node past its vGPUs, when the policy says so."""
     if not policy.deny_privileged:
         return
@@ -100,7 +101,7 @@ def _environment_check(container: Container, why: str) -> None:
             )
 
 
-def _host_paths_check(spec: dict, why: str) -> None:
+def _host_paths_check(spec: JsonObject, why: str) -> None:
     volumes = spec.get("volumes")
     for index, volume in enumerate(volumes if isinstance(volumes, list) else ()):
         host_path = volume.get("hostPath") if isinstance(volume, dict) else None

@@ -14,7 +14,6 @@ from profiles.preview import Preview
 from ..engine import GPU_RESOURCE, AdmissionRequest, Decision, JsonObject, QuantityError, parse_quantity
 from ..engine.checks import MAX_CONTAINERS_PER_POD
 
-
 # What one audit row keeps of a Pod's lists: a bounded row whatever the caller sent (the engine denies
 # Pods of more than 100 containers; these bound what a container's own maps add).
 AUDIT_JSON_MAX_BYTES = 64 * 1024  # per JSON column (patch, resources_before)

@@ -4,6 +4,7 @@ last-used time, and a brake on guessing: too many bad tokens from one address ar
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import NoReturn
 
 from django.conf import settings
 from django.core.cache import cache
@@ -63,7 +64,7 @@ class ApiTokenAuthentication(BaseAuthentication):
             raise Throttled(wait=60 - int(timezone.now().timestamp()) % 60,
                             detail="Too many invalid tokens from this address.")
 
-    def _refuse(self, address: str, message: str) -> None:
+    def _refuse(self, address: str, message: str) -> NoReturn:
         key = self._key(address)
         cache.add(key, 0, timeout=120)
         try:

@@ -707,7 +707,8 @@ def test_managed_overlay_opens_the_webhook_port_to_the_control_plane_range_it_na
     copy = tmp_path / "deploy"
     shutil.copytree(DEPLOY_DIR, copy)
     overlay = copy / "overlays" / "production-managed" / "kustomization.yaml"
-    overlay.write_text(overlay.read_text().replace("WEBHOOK_SOURCE_CIDR=0.0.0.0/0", "WEBHOOK_SOURCE_CIDR=172.16.0.0/28"))
+    text = overlay.read_text().replace("WEBHOOK_SOURCE_CIDR=0.0.0.0/0", "WEBHOOK_SOURCE_CIDR=172.16.0.0/28")
+    overlay.write_text(text)
     policy = find_object(kustomize_build(kubectl, overlay.parent), "NetworkPolicy", NAME)
     webhook_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "https")
     assert webhook_rule["from"] == [{"ipBlock": {"cidr": "172.16.0.0/28"}}]

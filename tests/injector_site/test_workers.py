@@ -9,9 +9,9 @@ import time
 from collections import Counter
 
 import pytest
-from injector_site.request_gate import GatedThreadWorker
 
 from injector_site import workers
+from injector_site.request_gate import GatedThreadWorker
 from injector_site.workers import BALANCE_DEFER_SECONDS, BALANCE_STALE_SECONDS, BalancedThreadWorker, ConnectionCounts
 
 # --- the shared connection counts ------------------------------------------------------------------

@@ -1,12 +1,12 @@
 """/api/v1/presets/, /api/v1/gpu-models/, /api/v1/namespace-policies/ on PostgreSQL."""
 
 import pytest
-from django.http import HttpRequest
 from django.contrib.auth.models import User
-from profiles.services import api_token_issue
+from django.http import HttpRequest
 from rest_framework.test import APIClient
 
 from profiles.models import ConfigVersion, GpuModel, NamespacePolicy, Preset
+from profiles.services import api_token_issue
 
 pytestmark = pytest.mark.django_db
 

@@ -1,9 +1,8 @@
 """manage.py preview_pod and issue_token."""
 
-from datetime import timedelta
-
 import io
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User

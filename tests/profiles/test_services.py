@@ -85,8 +85,8 @@ def test_a_pod_document_that_would_cost_more_than_a_pod_is_refused_with_the_reas
 
 
 def test_a_pod_with_a_few_yaml_aliases_still_reads():
-    pod = pod_document_parse(text="kind: Pod\nx: &env [{name: A, value: '1'}]\n"
-                                  "spec: {containers: [{name: a, image: x, env: *env}, {name: b, image: x, env: *env}]}")
+    pod = pod_document_parse(text="kind: Pod\nx: &env [{name: A, value: '1'}]\nspec: {containers: "
+                                  "[{name: a, image: x, env: *env}, {name: b, image: x, env: *env}]}")
     assert pod["spec"]["containers"][1]["env"] == [{"name": "A", "value": "1"}]
 
 

@@ -5,9 +5,9 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
-from profiles.services import api_token_issue
 
 from mutations.models import AdmissionAudit
+from profiles.services import api_token_issue
 from tests.support.audit import audit_row
 
 pytestmark = pytest.mark.django_db

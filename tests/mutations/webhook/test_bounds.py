@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import time
+from pathlib import Path
 
 import orjson
 import pytest
@@ -96,7 +97,8 @@ def worker_memory_mib(pids: list[int]) -> dict[int, tuple[int, int]]:
     """(current RSS, peak RSS) per worker, in MiB, from /proc/<pid>/status."""
     found = {}
     for pid in pids:
-        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":" in line)
+        text = Path(f"/proc/{pid}/status").read_text()
+        status = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
         found[pid] = (int(status["VmRSS"].split()[0]) // 1024, int(status["VmHWM"].split()[0]) // 1024)
     return found
 

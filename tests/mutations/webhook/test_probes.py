@@ -39,7 +39,7 @@ def test_readyz_says_database_unavailable_without_the_error_text(client, monkeyp
     assert client.get("/readyz").json()["config_error"] is None  # configuration loaded while the database was up
 
     def database_down():
-        raise DatabaseError('connection to server at "10.1.2.3", port 5432 failed: FATAL: role "injector" does not exist')
+        raise DatabaseError('connection to server at "10.1.2.3", port 5432 failed: FATAL: role "injector" is unknown')
 
     monkeypatch.setattr(catalog, "config_version_get", database_down)
     logged = []
