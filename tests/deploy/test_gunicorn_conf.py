@@ -197,6 +197,7 @@ def test_child_exit_marks_the_worker_dead_for_prometheus(tmp_path, monkeypatch):
     directory = tmp_path / "prometheus"
     directory.mkdir()
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(directory))
+    monkeypatch.setenv("GUNICORN_BIND", "127.0.0.1:8443")  # dev mode (the tests') listens on loopback only
     for var in ("TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE"):
         monkeypatch.delenv(var, raising=False)
     (directory / "gauge_livesum_4242.db").write_bytes(b"")
@@ -230,6 +231,7 @@ def test_child_exit_imports_nothing_because_it_runs_in_a_signal_handler(tmp_path
     # A fresh interpreter, so nothing the tests imported already hides an import.
     env = {k: v for k, v in os.environ.items() if not k.startswith("TLS_")}
     env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
+    env["GUNICORN_BIND"] = "127.0.0.1:8443"  # dev mode (the tests') listens on loopback only
     result = subprocess.run([sys.executable, "-c", CHILD_EXIT_WITHOUT_IMPORTS,
                              str(REPO_ROOT / "injector_site" / "gunicorn_conf.py")],
                             env=env, capture_output=True, text=True, timeout=60, check=False)
@@ -259,6 +261,7 @@ def test_access_log_lines_only_when_switched_on(hello_app, start_server, switch,
 def test_gunicorn_formats_its_lines_with_the_formatter_of_the_apps_settings(monkeypatch):
     from django.conf import settings
 
+    monkeypatch.setenv("GUNICORN_BIND", "127.0.0.1:8443")  # dev mode (the tests') listens on loopback only
     for var in ("TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE"):
         monkeypatch.delenv(var, raising=False)
     conf = runpy.run_path(str(REPO_ROOT / "injector_site" / "gunicorn_conf.py"))
