@@ -158,3 +158,40 @@ def test_a_3_mib_admission_review_grows_a_worker_by_far_less_than_its_memory_lim
         if server_stop is not None:
             server_stop.stop()
         database_drop(url)
+
+
+# --- numbers Volcano and the audit table cannot hold: a denial with its row, never a lost row -------
+
+
+def review_with_limits(**limits) -> dict:
+    pod = pods.vllm_deployment_pod(gpus="2")
+    resources = pod["spec"]["containers"][0]["resources"]
+    for part in ("limits", "requests"):
+        resources[part] = {**resources.get(part, {}), **limits}
+    return pods.review(pod)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("memory", ["9223372036854775807", "\u00b2"])
+def test_a_vgpu_memory_the_table_or_volcano_cannot_hold_is_denied_and_audited(post_review, memory):
+    answer = post_review(review_with_limits(**{"volcano.sh/vgpu-memory": memory})).json()["response"]
+    assert answer["allowed"] is False and "volcano.sh/vgpu-memory" in answer["status"]["message"]
+    assert "patch" not in answer  # never admitted unchanged, never patched
+    row = AdmissionAudit.objects.get()
+    assert row.decision == "denied" and row.vgpu_memory_mib == 0
+
+
+@pytest.mark.django_db
+def test_the_largest_grants_the_engine_accepts_still_sum_in_the_rollup(post_review, admin_client):
+    from mutations.models import AuditRollup, AuditRollupMark
+
+    for _ in range(2):  # two rows at the top of every accepted range, in one hour
+        review = review_with_limits(**{"volcano.sh/vgpu-memory": "1048576"})
+        review["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1024"
+        review["request"]["object"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1024"
+        assert post_review(review).json()["response"]["allowed"] is True
+    rows = list(AdmissionAudit.objects.values_list("vgpu_memory_mib", flat=True))
+    assert rows == [1024 * 1048576] * 2
+    assert admin_client.get("/dashboard/").status_code == 200  # counts the new rows into the rollup
+    assert AuditRollupMark.objects.get().last_audit_id == max(AdmissionAudit.objects.values_list("id", flat=True))
+    assert sum(AuditRollup.objects.values_list("vgpu_memory_mib", flat=True)) == 2 * 1024 * 1048576
