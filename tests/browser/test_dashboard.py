@@ -94,12 +94,12 @@ def test_pages_break_no_content_security_policy_rule_and_still_work(django_user_
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     page.wait_for_url(f"{live_server.url}/admin/")
-    for path in ("/dashboard/", "/dashboard/history/", "/admin/profiles/preset/add/",
+    for path in ("/dashboard/", "/dashboard/history/", "/dashboard/budgets/", "/admin/profiles/preset/add/",
                  "/admin/profiles/namespacepolicy/preview/"):
         response = page.goto(f"{live_server.url}{path}")
         assert response.status == 200 and "script-src 'self'" in response.headers["content-security-policy"], path
     page.goto(f"{live_server.url}/dashboard/")
-    assert page.locator("table.bars svg.meter rect").count() > 3 and page.locator("svg.chart rect.bar").count() > 20
+    assert page.locator("table.bars svg.bar-meter rect").count() > 3 and page.locator("svg.chart rect.bar").count() > 20
     page.goto(f"{live_server.url}/api/docs/")
     page.wait_for_selector(".swagger-ui .opblock")
     assert page.locator(".swagger-ui .opblock").count() > 5

@@ -16,7 +16,11 @@ MEMORY, NUMBER = "requests.volcano.sh/vgpu-memory", "requests.volcano.sh/vgpu-nu
 
 @pytest.fixture
 def staff_client(client, django_user_model):
+    """Staff with the audit view permission (the detail page is the audit's; budgets need staff only)."""
+    from django.contrib.auth.models import Permission
+
     user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_admissionaudit"))
     client.force_login(user)
     return client
 
