@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("mutations", "0007_audit_rollup"),
+        ("mutations", "0008_unconverted_pod_scan"),
     ]
 
     operations = [
