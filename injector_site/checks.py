@@ -47,3 +47,16 @@ def check_metrics_protection(app_configs, **kwargs):
             id="volcano_injector.W002",
         )]
     return []
+
+
+@register(Tags.database)
+def check_pooler_has_a_direct_connection(app_configs, **kwargs):
+    """Behind a transaction pooler, apply_migrations needs DATABASE_DIRECT_URL (a session for its lock)."""
+    if settings.DB_POOL_MODE == "transaction" and "direct" not in settings.DATABASES:
+        return [Warning(
+            "DB_POOL_MODE=transaction without DATABASE_DIRECT_URL: apply_migrations will refuse to run.",
+            hint="Set DATABASE_DIRECT_URL (or DATABASE_DIRECT_URL_FILE) to a connection to the primary that "
+                 "bypasses the pooler (docs/database-pooling.md).",
+            id="volcano_injector.W003",
+        )]
+    return []

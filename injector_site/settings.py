@@ -8,11 +8,10 @@ PostgreSQL.
 
 import socket
 from pathlib import Path
-from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from injector_site.database import database_from_env, direct_database_from_env, pool_mode_from_env
 from injector_site.env import env, env_bool, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -112,52 +111,16 @@ TEMPLATES = [
 
 
 # --- database -------------------------------------------------------------------------
-def database_from_env() -> dict:
-    """DATABASE_URL, else DB_* variables, else the embedded SQLite default."""
-    url = env("DATABASE_URL")
-    if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("postgres", "postgresql"):
-            raise ImproperlyConfigured(
-                f"DATABASE_URL scheme {parts.scheme!r} is not supported: use postgres://user:password@host:5432/name"
-            )
-        config: dict[str, Any] = {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parts.path.lstrip("/")) or "postgres",
-            "USER": unquote(parts.username or ""),
-            "PASSWORD": unquote(parts.password or ""),
-            "HOST": parts.hostname or "",
-            "PORT": str(parts.port or ""),
-        }
-    elif env("DB_HOST") or env("DB_NAME"):
-        config = {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": env("DB_NAME", "volcano_injector"),
-            "USER": env("DB_USER", "postgres"),
-            "PASSWORD": env("DB_PASSWORD", ""),
-            "HOST": env("DB_HOST", "127.0.0.1"),
-            "PORT": env("DB_PORT", "5432"),
-        }
-    else:
-        sqlite_path = Path(env("SQLITE_PATH", str(BASE_DIR / "var" / "db.sqlite3")))
-        sqlite_path.parent.mkdir(parents=True, exist_ok=True)
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_path)}
-    config.update(
-        {
-            # Persistent connections: /mutate must not pay a connection setup per request.
-            "CONN_MAX_AGE": env_int("DB_CONN_MAX_AGE", 300),
-            "CONN_HEALTH_CHECKS": True,
-            "OPTIONS": {
-                # A dead database must fail fast: the webhook answers within the API server's timeout.
-                "connect_timeout": env_int("DB_CONNECT_TIMEOUT_SECONDS", 2),
-            },
-            "TEST": {"NAME": env("DB_TEST_NAME", "test_volcano_injector")},
-        }
-    )
-    return config
-
-
-DATABASES = {"default": database_from_env()}
+# DATABASE_URL (several hosts and libpq parameters allowed), or DB_*, or the embedded SQLite default;
+# DATABASE_DIRECT_URL and DB_POOL_MODE for a connection pooler: injector_site/database.py.
+DATABASES = {"default": database_from_env(BASE_DIR)}
+DB_POOL_MODE = pool_mode_from_env()
+if (direct_database := direct_database_from_env()) is not None:
+    DATABASES["direct"] = direct_database
+if DB_POOL_MODE == "transaction":
+    # Django's .iterator() declares a cursor WITH HOLD outside a transaction, a session object the next
+    # statement may not find behind a transaction pooler (docs/database-pooling.md).
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 # The audit's covering index (INCLUDE columns, for the dashboard's index-only aggregates) is a
 # PostgreSQL feature; on the SQLite trial database it is a plain index, which is fine there.
 SILENCED_SYSTEM_CHECKS = ["models.W040"] if DATABASES["default"]["ENGINE"].endswith("sqlite3") else []

@@ -10,6 +10,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
+from injector_site.database import libpq_params
+
 from ..metrics import AUDIT_ROWS_WRITTEN
 from ..models import AdmissionAudit
 from .encoding import KINDS, TABLE, row_decode
@@ -18,6 +20,8 @@ if TYPE_CHECKING:  # psycopg is imported where it is used: the SQLite fallback r
     import psycopg
 
 logger = logging.getLogger("volcano_injector.audit")
+# The longest one statement of the writer may take: a stuck COPY must not hold the writer forever.
+STATEMENT_TIMEOUT_MS = 30_000
 
 
 def copy_rows(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple[str, ...], lines: list[bytes]) -> int:
@@ -121,16 +125,20 @@ class PsycopgInserter:
     def _connect(self) -> psycopg.Connection[Any]:
         import psycopg
 
-        db = settings.DATABASES["default"]
-        options = db.get("OPTIONS", {})
+        # Every host and libpq parameter of the setting (a host list with target_session_attrs=read-write
+        # finds the primary after a failover), and no startup `options`: a transaction pooler refuses
+        # them (PgBouncer's default) or drops them silently (CloudNativePG's Pooler ignores `options`).
+        params = libpq_params(settings.DATABASES["default"])
+        params.setdefault("connect_timeout", 2)
         self._connection = psycopg.connect(
-            host=db.get("HOST") or None, port=db.get("PORT") or None, dbname=db["NAME"],
-            user=db.get("USER") or None, password=db.get("PASSWORD") or None,
-            connect_timeout=options.get("connect_timeout", 2), application_name="volcano-injector-audit",
+            **params, application_name="volcano-injector-audit",
             # A database that stops answering (a partition, not a refusal) must not hold the writer
-            # forever: TCP keepalives notice a dead peer, statement_timeout a stuck statement.
+            # forever: TCP keepalives notice a dead peer, statement_timeout (per transaction) a stuck statement.
             keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-            options="-c statement_timeout=30000",
+            # No server-side prepared statements: behind a transaction pooler the next transaction may run
+            # in a session that never saw them (PgBouncer before 1.21). Each batch runs a few statements:
+            # preparing them saved nothing.
+            prepare_threshold=None,
         )
         return self._connection
 
@@ -141,6 +149,8 @@ class PsycopgInserter:
         conn = self._connection if self._connection is not None and not self._connection.closed else self._connect()
         try:
             with conn.transaction(), conn.cursor() as cursor:
+                # Transaction-scoped, so it holds behind a transaction pooler too.
+                cursor.execute(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}")
                 count = copy_rows(cursor, columns, batch)
         except Exception as exc:
             if not _is_data_error(exc):

@@ -39,13 +39,16 @@ PRESETS = [
 
 
 def load(apps, schema_editor):
+    # The database migrate runs on (apply_migrations uses `direct` behind a pooler): rows written through
+    # `default` would be committed apart from this migration's transaction.
+    db = schema_editor.connection.alias
     GpuModel = apps.get_model("profiles", "GpuModel")
     Preset = apps.get_model("profiles", "Preset")
     NamespacePolicy = apps.get_model("profiles", "NamespacePolicy")
     ConfigVersion = apps.get_model("profiles", "ConfigVersion")
     for name, memory_mib, match in GPU_MODELS:
-        GpuModel.objects.get_or_create(name=name, defaults={"memory_mib": memory_mib, "match": match})
-    default, _ = Preset.objects.get_or_create(
+        GpuModel.objects.using(db).get_or_create(name=name, defaults={"memory_mib": memory_mib, "match": match})
+    default, _ = Preset.objects.using(db).get_or_create(
         name="default",
         defaults={
             "description": "Used when no annotation or namespace policy chooses: 16 GiB, enough for a 4B model in fp16.",
@@ -54,7 +57,7 @@ def load(apps, schema_editor):
         },
     )
     for name, low, high, gpus, cores, description in PRESETS:
-        Preset.objects.get_or_create(
+        Preset.objects.using(db).get_or_create(
             name=name,
             defaults={
                 "description": description,
@@ -64,7 +67,7 @@ def load(apps, schema_editor):
                 "max_model_size_b": high,
             },
         )
-    NamespacePolicy.objects.get_or_create(
+    NamespacePolicy.objects.using(db).get_or_create(
         namespace="*",
         defaults={
             "description": "Every namespace without a more specific policy.",
@@ -79,13 +82,15 @@ def load(apps, schema_editor):
             "deny_privileged": True,
         },
     )
-    ConfigVersion.objects.get_or_create(pk=1, defaults={"version": 1})
+    ConfigVersion.objects.using(db).get_or_create(pk=1, defaults={"version": 1})
 
 
 def unload(apps, schema_editor):
-    apps.get_model("profiles", "NamespacePolicy").objects.filter(namespace="*").delete()
-    apps.get_model("profiles", "Preset").objects.filter(name__in=["default"] + [p[0] for p in PRESETS]).delete()
-    apps.get_model("profiles", "GpuModel").objects.filter(name__in=[g[0] for g in GPU_MODELS]).delete()
+    db = schema_editor.connection.alias
+    apps.get_model("profiles", "NamespacePolicy").objects.using(db).filter(namespace="*").delete()
+    names = ["default"] + [p[0] for p in PRESETS]
+    apps.get_model("profiles", "Preset").objects.using(db).filter(name__in=names).delete()
+    apps.get_model("profiles", "GpuModel").objects.using(db).filter(name__in=[g[0] for g in GPU_MODELS]).delete()
 
 
 class Migration(migrations.Migration):

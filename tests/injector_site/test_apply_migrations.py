@@ -2,9 +2,10 @@
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 
-from injector_site.management.commands.apply_migrations import MIGRATION_LOCK_KEY
+from injector_site.management.commands.apply_migrations import MIGRATION_LOCK_KEY, migration_database
 
 
 @pytest.mark.django_db
@@ -21,3 +22,15 @@ def test_apply_migrations_reports_an_up_to_date_schema_and_releases_its_lock(cap
 def test_the_models_and_the_migrations_agree(capsys):
     call_command("makemigrations", check=True, dry_run=True, verbosity=1)  # exits 1 when a migration is missing
     assert "No changes detected" in capsys.readouterr().out
+
+
+def test_apply_migrations_behind_a_transaction_pooler_refuses_without_a_direct_connection(settings):
+    settings.DB_POOL_MODE = "transaction"
+    with pytest.raises(CommandError, match="set DATABASE_DIRECT_URL"):
+        call_command("apply_migrations", verbosity=0)
+
+
+def test_apply_migrations_uses_the_direct_connection_when_there_is_one(settings, monkeypatch):
+    settings.DB_POOL_MODE = "transaction"
+    monkeypatch.setitem(settings.DATABASES, "direct", {**settings.DATABASES["default"], "TEST": {"MIRROR": "default"}})
+    assert migration_database() == "direct"

@@ -34,3 +34,12 @@ def test_metrics_without_token_is_flagged_until_one_is_set(settings):
     assert "volcano_injector.W002" in ids()
     settings.METRICS_TOKEN = "token"
     assert "volcano_injector.W002" not in ids()
+
+
+def test_a_transaction_pooler_without_a_direct_url_is_flagged(settings, monkeypatch):
+    settings.DB_POOL_MODE = "transaction"
+    assert "volcano_injector.W003" in ids()
+    # A direct database, through a stand-in: the test's own connections must stay as they are.
+    monkeypatch.setattr(checks, "settings", type("S", (), {
+        "DB_POOL_MODE": "transaction", "DATABASES": {"default": {}, "direct": {}}})())
+    assert checks.check_pooler_has_a_direct_connection(None) == []
