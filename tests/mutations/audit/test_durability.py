@@ -4,29 +4,24 @@ gunicorn processes (injector_site/gunicorn_conf.py) on 127.0.0.1, each test agai
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from mutations.audit.spool import SEGMENT_SUFFIXES
-from tests.support import pods
-from tests.support.servers import GunicornProcess, database_drop, database_recreate, free_port
+from tests.support.admissions import Gunicorn, Load, Poster, get
+from tests.support.postgres import PrivatePostgres
+from tests.support.servers import database_drop, database_recreate
 
 pytestmark = pytest.mark.slow
 
-PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 # The issue asks for 30 s; CI may shorten it (VOLCANO_OUTAGE_SECONDS) if its budget needs to.
 OUTAGE_SECONDS = float(os.environ.get("VOLCANO_OUTAGE_SECONDS", "30"))
 # The webhook's timeoutSeconds in deploy/base/mutatingwebhookconfiguration.yaml.
@@ -53,107 +48,6 @@ def wait_until_present(url: str, uids: list[str], timeout_seconds: float = 60.0)
             return missing
         time.sleep(0.2)
     return missing
-
-
-class Gunicorn(GunicornProcess):
-    """gunicorn from injector_site/gunicorn_conf.py, plain HTTP on 127.0.0.1, ready when it returns."""
-
-    def __init__(self, database_url: str, work: Path, **env: str) -> None:
-        self.spool = work / "spool"
-        super().__init__(log_path=work / "gunicorn.log", env={
-            "DATABASE_URL": database_url,
-            "INJECTOR_DEV_MODE": "true",
-            "INJECTOR_AUDIT_SPOOL_DIR": str(self.spool),
-            "INJECTOR_AUDIT_WRITER_AUTOSTART": "true",
-            "INJECTOR_CONFIG_RECHECK_SECONDS": "1",
-            "PROMETHEUS_MULTIPROC_DIR": str(work / "prometheus"),
-            "WEB_CONCURRENCY": "2",
-            "GUNICORN_THREADS": "4",
-            "GUNICORN_GRACEFUL_TIMEOUT": "20",
-            "TLS_CERT_FILE": "",
-            "TLS_KEY_FILE": "",
-            "TLS_CLIENT_CA_FILE": "",
-            "LOG_LEVEL": "WARNING",
-            **env,
-        })
-        self.wait_ready()
-
-    def wait_ready(self, timeout_seconds: float = 60.0) -> None:
-        self.wait_until(lambda: get(self.port, "/readyz")[0] == 200, timeout_seconds=timeout_seconds,
-                        what="become ready")
-
-    def stop(self, *, timeout_seconds: float = 60) -> int:
-        return super().stop(timeout_seconds=timeout_seconds)  # the exit writes the spool
-
-
-def get(port: int, path: str, timeout: float = 10) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
-
-
-class Poster:
-    """One keep-alive connection posting AdmissionReviews, as the API server does."""
-
-    BODIES = [pods.vllm_deployment_pod(), pods.kserve_predictor_pod()]
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-
-    def post(self) -> tuple[str, int, float]:
-        """Post one admission; return its uid, HTTP status and seconds to the answer."""
-        uid = str(uuid.uuid4())
-        body = json.dumps(pods.review(self.BODIES[hash(uid) % 2], uid=uid))
-        started = time.monotonic()
-        self.conn.request("POST", "/mutate", body, {"Content-Type": "application/json"})
-        response = self.conn.getresponse()
-        answer = json.loads(response.read())
-        assert answer["response"]["uid"] == uid
-        return uid, response.status, time.monotonic() - started
-
-
-class Load:
-    """Threads posting admissions until stopped; remembers which were answered and how fast."""
-
-    def __init__(self, port: int, *, threads: int = 4, pause_seconds: float = 0.0) -> None:
-        self.port = port
-        self.pause_seconds = pause_seconds
-        self.answered: list[str] = []
-        self.statuses: list[int] = []
-        self.latencies: list[float] = []
-        self.errors: list[str] = []
-        self.stop_event = threading.Event()
-        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
-        for thread in self.threads:
-            thread.start()
-
-    def _run(self) -> None:
-        poster = Poster(self.port)
-        while not self.stop_event.is_set():
-            try:
-                uid, status, seconds = poster.post()
-            except (OSError, http.client.HTTPException) as exc:
-                # No answer (the server is going away): the API server would retry elsewhere.
-                self.errors.append(repr(exc))
-                poster = Poster(self.port)
-                time.sleep(0.05)
-                continue
-            self.statuses.append(status)
-            self.latencies.append(seconds)
-            if status == 200:
-                self.answered.append(uid)
-            if self.pause_seconds:
-                time.sleep(self.pause_seconds)
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        for thread in self.threads:
-            thread.join(timeout=60)
 
 
 @pytest.fixture
@@ -215,50 +109,14 @@ def test_admissions_answered_before_sigterm_reach_the_table(durability_database,
 # --- a PostgreSQL of the test's own, stopped for OUTAGE_SECONDS -------------------------------
 
 
-class PrivatePostgres:
-    """A throw-away PostgreSQL cluster on a free port (as the postgres user when run as root)."""
-
-    def __init__(self) -> None:
-        if not (PG_BIN / "initdb").exists():
-            pytest.fail(f"PostgreSQL server binaries not found in {PG_BIN} (set PG_BIN)")
-        self.port = free_port()
-        self.root = Path(tempfile.mkdtemp(prefix="volcano-outage-pg-", dir="/tmp"))
-        self.data = self.root / "data"
-        os.chmod(self.root, 0o755)  # noqa: S103 - the postgres user runs initdb in it
-        if os.geteuid() == 0:
-            shutil.chown(self.root, "postgres", "postgres")
-        self._run(PG_BIN / "initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        self.start()
-        self.url = f"postgres://postgres@127.0.0.1:{self.port}/volcano_injector_outage"
-
-    def _run(self, *argv) -> None:
-        command = [str(a) for a in argv]
-        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-            command = ["runuser", "-u", "postgres", "--", *command]
-        subprocess.run(command, check=True, capture_output=True, timeout=120)
-
-    def start(self) -> None:
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off"
-        self._run(PG_BIN / "pg_ctl", "-D", self.data, "-o", options, "-l", self.root / "postgres.log", "-w",
-                  "start")
-
-    def stop(self) -> None:
-        self._run(PG_BIN / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
-
-    def destroy(self) -> None:
-        try:
-            self.stop()
-        except subprocess.CalledProcessError:
-            pass
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
 @pytest.fixture
 def private_postgres():
-    cluster = PrivatePostgres()
+    """A PostgreSQL of the test's own (stopped and started by it) and the URL of its migrated database."""
+    cluster = PrivatePostgres(prefix="volcano-outage-pg-")
     try:
-        database_recreate(cluster.url)
-        yield cluster
+        url = cluster.url("volcano_injector_outage")
+        database_recreate(url)
+        yield cluster, url
     finally:
         cluster.destroy()
 
@@ -273,7 +131,8 @@ def backlog_rows(port: int) -> float:
 
 
 def test_outage_of_postgresql_under_load_loses_no_row_and_keeps_answering(private_postgres, servers):
-    server = servers(private_postgres.url, INJECTOR_AUDIT_RETRY_MAX_SECONDS="1", INJECTOR_AUDIT_WARN_SECONDS="5")
+    cluster, url = private_postgres
+    server = servers(url, INJECTOR_AUDIT_RETRY_MAX_SECONDS="1", INJECTOR_AUDIT_WARN_SECONDS="5")
     readiness: list[tuple[int, float]] = []
     stop_probe = threading.Event()
 
@@ -292,13 +151,13 @@ def test_outage_of_postgresql_under_load_loses_no_row_and_keeps_answering(privat
     # About 100-200 admissions a second: load, not a benchmark (the CI machine runs other tests too).
     load = Load(server.port, threads=4, pause_seconds=0.02)
     time.sleep(2)
-    private_postgres.stop()
+    cluster.stop()
     answered_before_outage = len(load.answered)
     time.sleep(OUTAGE_SECONDS / 2)
     backlog_during_outage = backlog_rows(server.port)
     time.sleep(OUTAGE_SECONDS / 2)
     answered_during_outage = len(load.answered) - answered_before_outage
-    private_postgres.start()
+    cluster.start()
     time.sleep(3)
     load.stop()
     stop_probe.set()
@@ -310,7 +169,7 @@ def test_outage_of_postgresql_under_load_loses_no_row_and_keeps_answering(privat
     assert readiness and all(status == 200 for status, _ in readiness), readiness
     assert max(seconds for _, seconds in readiness) < WEBHOOK_TIMEOUT_SECONDS
     assert backlog_during_outage > 0, "the backlog metric showed the spooled rows"
-    assert wait_until_present(private_postgres.url, load.answered, timeout_seconds=120) == set(), server.log()
+    assert wait_until_present(url, load.answered, timeout_seconds=120) == set(), server.log()
     assert "audit backlog growing" in server.log()
 
 
