@@ -18,7 +18,7 @@ VENV_BIN = Path(sys.executable).parent
 
 # Every kustomization an operator may apply: the overlays, and production (or trial) with
 # optional components (the combinations are generated in a temporary directory).
-OVERLAYS = ["overlays/production", "overlays/trial", "overlays/production-mtls", "overlays/production-managed"]
+OVERLAYS = ["overlays/production", "overlays/trial", "overlays/production-mtls", "overlays/production-managed", "overlays/cloudnative-pg"]
 COMPONENT_COMBINATIONS = [
     ("components/all-pods",),
     ("components/fail-closed",),
@@ -28,6 +28,7 @@ COMPONENT_COMBINATIONS = [
     ("components/monitoring",),
     ("components/unconverted-pods",),
     ("components/monitoring", "components/unconverted-pods"),
+    ("components/cloudnative-pg", "components/cloudnative-pg-backup"),
 ]
 TRIAL_COMPONENT_COMBINATIONS = [
     ("components/quotas",),
