@@ -131,6 +131,16 @@ def direct_database_from_env() -> dict[str, Any] | None:
     return config
 
 
+def session_database() -> str:
+    """The database alias for reads that need a session of their own (a cursor fetched over several
+    statements): `direct` behind a transaction pooler when DATABASE_DIRECT_URL is set, else `default`."""
+    from django.conf import settings
+
+    if settings.DB_POOL_MODE == "transaction" and "direct" in settings.DATABASES:
+        return "direct"
+    return "default"
+
+
 def libpq_params(database: dict[str, Any]) -> dict[str, Any]:
     """psycopg.connect() keywords for a Django database setting (host lists and OPTIONS included)."""
     params: dict[str, Any] = {k: v for k, v in database.get("OPTIONS", {}).items() if k not in DJANGO_OPTION_KEYS}

@@ -15,6 +15,7 @@ from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from injector_site.database import session_database
 from profiles.selectors import configuration_names, namespace_quota_list
 
 from ..audit import audit_backlog_rows, audit_rollup_refresh, selectors
@@ -161,7 +162,7 @@ def export_csv(request):
     filters = _filters(request)
     try:
         rows = selectors.audit_export_rows(filters=filters, sort=request.GET.get("sort") or selectors.DEFAULT_SORT,
-                                           limit=EXPORT_MAX_ROWS)
+                                           limit=EXPORT_MAX_ROWS, database=session_database())
     except selectors.FilterError as exc:
         return HttpResponseBadRequest(f"bad filter: {exc}", content_type="text/plain")
     response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv; charset=utf-8")

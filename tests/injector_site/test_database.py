@@ -102,3 +102,13 @@ def test_libpq_params_carry_the_host_list_and_libpq_options_but_not_djangos():
     config["OPTIONS"].update({"connect_timeout": 2, "isolation_level": 1, "server_side_binding": True})
     assert libpq_params(config) == {"dbname": "app", "host": "db-1,db-2", "port": "5432,5432", "user": "u",
                                     "password": "p", "connect_timeout": 2, "target_session_attrs": "read-write"}
+
+
+def test_reads_that_need_a_session_go_around_a_transaction_pooler_when_they_can(settings, monkeypatch):
+    from injector_site.database import session_database
+
+    assert session_database() == "default"
+    monkeypatch.setitem(settings.DATABASES, "direct", {**settings.DATABASES["default"], "TEST": {"MIRROR": "default"}})
+    assert session_database() == "default", "a session pool (or none): the app's own connection is a session"
+    settings.DB_POOL_MODE = "transaction"
+    assert session_database() == "direct"
