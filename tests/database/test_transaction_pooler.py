@@ -173,6 +173,13 @@ def test_the_pooler_runs_consecutive_transactions_in_different_sessions(database
     assert "4321ms" not in seen
 
 
+def test_the_time_zone_django_sets_follows_the_client_through_the_pooler(database):
+    """Django sets the session's time zone when it connects; PgBouncer re-applies it to every session."""
+    with psycopg.connect(database.pooled, autocommit=True, prepare_threshold=None) as conn:
+        conn.execute("SET TIME ZONE 'Asia/Tokyo'")
+        assert {conn.execute("SHOW TimeZone").fetchone()[0] for _ in range(4)} == {"Asia/Tokyo"}
+
+
 # --- the webhook and the audit writer ---------------------------------------------------------------
 
 
@@ -265,6 +272,12 @@ def test_a_policy_written_through_the_api_reaches_the_webhook_through_the_pooler
             break
         assert time.monotonic() < deadline, f"the new policy never reached the webhook: {_patch(answer)}"
         time.sleep(0.2)
+    # and the audit API (cursor pagination) lists that admission once it is written
+    wait_for_rows(database.direct, [answer["uid"]])
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("GET", "/api/v1/audit/?namespace=pooler-ns", headers={"Authorization": f"Token {token}"})
+    listed = json.loads(conn.getresponse().read())
+    assert answer["uid"] in [row["request_uid"] for row in listed["results"]]
 
 
 def _patch(answer: dict) -> list:

@@ -7,6 +7,7 @@ import os
 import sqlite3
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -109,3 +110,42 @@ def test_dev_cert_names_localhost_and_extra_names(tmp_path):
 def test_dev_cert_default_directory_is_var_dev_certs():
     text = (REPO_ROOT / "scripts" / "dev-cert.sh").read_text()
     assert 'dir="${1:-var/dev-certs}"' in text
+
+
+def test_install_pgbouncer_does_nothing_when_pgbouncer_is_there():
+    result = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "install-pgbouncer.sh")], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("pgbouncer: /") and "PgBouncer 1." in result.stdout
+    # no PgBouncer left running as a service (the tests start their own); /proc: no procps on a fresh machine
+    service = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read() if entry.isdigit() else b""  # noqa: SIM115
+        except OSError:
+            continue
+        if b"/etc/pgbouncer/pgbouncer.ini" in cmdline:
+            service.append(entry)
+    assert service == []
+
+
+def test_crd_schemas_keep_what_validation_reads_and_drop_descriptions(tmp_path):
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "spec": {"group": "example.io", "names": {"kind": "Widget"}, "versions": [
+               {"name": "v1", "served": True, "schema": {"openAPIV3Schema": {
+                   "description": "A widget.", "type": "object",
+                   "properties": {"spec": {"type": "object", "required": ["size"], "properties": {
+                       "size": {"type": "integer", "description": "How big.", "minimum": 1},
+                       "description": {"type": "string", "description": "A field named description."}}}}}}},
+               {"name": "v1beta1", "served": False, "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+    manifest = tmp_path / "crds.yaml"
+    manifest.write_text(json.dumps(crd))  # JSON is YAML
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "crd-schemas.py"), str(tmp_path / "out"),
+                             "--kinds", "Widget", str(manifest)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["example.io_v1_widget.json"]
+    schema = json.loads((tmp_path / "out" / "example.io_v1_widget.json").read_text())
+    spec = schema["properties"]["spec"]
+    assert "description" not in schema and "description" not in spec["properties"]["size"]
+    assert spec["properties"]["size"] == {"type": "integer", "minimum": 1} and spec["required"] == ["size"]
+    assert spec["properties"]["description"] == {"type": "string"}, "a field named description is kept"
