@@ -29,6 +29,7 @@ COMPONENT_COMBINATIONS = [
     ("components/unconverted-pods",),
     ("components/monitoring", "components/unconverted-pods"),
     ("components/cloudnative-pg", "components/cloudnative-pg-backup"),
+    ("components/quotas", "components/cloudnative-pg"),
 ]
 TRIAL_COMPONENT_COMBINATIONS = [
     ("components/quotas",),

@@ -19,7 +19,8 @@ from .conftest import find_object, find_prefixed
 SCHEMAS = Path(__file__).parent / "crd-schemas"
 # API groups whose objects are validated here, each against a schema file <group>_<version>_<kind>.json.
 CUSTOM_GROUPS = {"postgresql.cnpg.io", "barmancloud.cnpg.io", "monitoring.coreos.com"}
-CNPG_BUILDS = ["overlays/cloudnative-pg", "overlays/production+cloudnative-pg+cloudnative-pg-backup"]
+CNPG_BUILDS = ["overlays/cloudnative-pg", "overlays/production+cloudnative-pg+cloudnative-pg-backup",
+               "overlays/production+quotas+cloudnative-pg"]
 BACKUP_BUILD = "overlays/production+cloudnative-pg+cloudnative-pg-backup"
 BARMAN_PLUGIN = "barman-cloud.cloudnative-pg.io"
 OPERATOR_NAMESPACE = "cnpg-system"
@@ -43,7 +44,7 @@ def pod_template(objects: list[dict], kind: str, name: str) -> dict:
 
 
 def containers(objects: list[dict]) -> list[dict]:
-    """Every container that connects to the database: the migrate step, the webhook, the retention job."""
+    """The containers of the webhook's Pod and of the retention job."""
     webhook = pod_template(objects, "Deployment", "volcano-injector")
     retention = pod_template(objects, "CronJob", "volcano-injector-retention")
     return webhook["initContainers"] + webhook["containers"] + retention["containers"]
@@ -171,22 +172,33 @@ def test_the_webhook_connects_through_the_pooler_in_transaction_mode(build):
 
 
 def test_every_database_client_reads_the_owners_secret_and_the_direct_url(build):
-    _, objects = build
+    """Every container that mounts the database Secret (the webhook, its migrate step, the retention job,
+    the quotas job when that component is in the build) reads CloudNativePG's one."""
+    name, objects = build
     cluster = one(objects, "Cluster")
     app_secret = f"{cluster['metadata']['name']}-app"  # what CloudNativePG creates for the initdb owner
     expected = {"DB_NAME_FILE": "dbname", "DB_USER_FILE": "username", "DB_PASSWORD_FILE": "password",
                 "DATABASE_DIRECT_URL_FILE": "uri"}
-    for kind, name in (("Deployment", "volcano-injector"), ("CronJob", "volcano-injector-retention")):
-        pod = pod_template(objects, kind, name)
-        volumes = {v["name"]: v for v in pod["volumes"]}
+    clients = []
+    for obj in objects:
+        if obj["kind"] not in ("Deployment", "CronJob"):
+            continue
+        pod = pod_template(objects, obj["kind"], obj["metadata"]["name"])
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
         for container in pod.get("initContainers", []) + pod["containers"]:
+            mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+            if "db" not in mounts.values():
+                continue
+            clients.append(container["name"])
             env = {e["name"]: e.get("value") for e in container["env"]}
             assert "DATABASE_URL_FILE" not in env, container["name"]
-            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
             for variable, key in expected.items():
                 path = env[variable]
                 assert posixpath.basename(path) == key, (container["name"], variable)
                 assert volumes[mounts[posixpath.dirname(path)]]["secret"]["secretName"] == app_secret
+    assert {"migrate", "injector", "prune"} <= set(clients)
+    if "quotas" in name:
+        assert "sync" in clients
 
 
 def test_the_app_reads_this_build_as_a_pooled_database_with_a_direct_url(builds, tmp_path, monkeypatch):

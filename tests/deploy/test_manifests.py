@@ -32,8 +32,9 @@ BUILD_NAMES = [
     "overlays/production+monitoring+unconverted-pods",
     "overlays/cloudnative-pg",
     "overlays/production+cloudnative-pg+cloudnative-pg-backup",
+    "overlays/production+quotas+cloudnative-pg",
 ]
-QUOTA_BUILDS = ["overlays/production+quotas", "overlays/trial+quotas"]
+QUOTA_BUILDS = ["overlays/production+quotas", "overlays/trial+quotas", "overlays/production+quotas+cloudnative-pg"]
 QUOTA_JOB = "volcano-injector-quotas"
 # Kinds whose schemas come from CRDs (tests/deploy/crds/), not from kubernetes-validate.
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
@@ -490,7 +491,9 @@ def test_quota_job_runs_sync_quotas_with_the_webhooks_image_settings_and_secrets
                        for v in deployment(objects)["spec"]["template"]["spec"]["volumes"] if "secret" in v}
     job_mounts = {m["mountPath"]: m["name"] for m in sync["volumeMounts"]}
     webhook_mounts = {m["mountPath"]: m["name"] for m in webhook["volumeMounts"]}
-    assert {e["name"] for e in sync["env"]} == {"DJANGO_SECRET_KEY_FILE", "DATABASE_URL_FILE"}
+    database_files = ({"DB_NAME_FILE", "DB_USER_FILE", "DB_PASSWORD_FILE", "DATABASE_DIRECT_URL_FILE"}
+                      if any(o["kind"] == "Cluster" for o in objects) else {"DATABASE_URL_FILE"})  # CloudNativePG's
+    assert {e["name"] for e in sync["env"]} == {"DJANGO_SECRET_KEY_FILE", *database_files}
     for e in sync["env"]:
         assert env_value(webhook, e["name"]) == e["value"]
         directory = posixpath.dirname(e["value"])
