@@ -295,6 +295,7 @@ def test_dashboard_pages_and_the_csv_export_work_through_the_pooler(database, se
     browser.get("/dashboard/")  # the overview refreshes the rollup: LOCK TABLE and set_config in one transaction
     assert "audit rollup refresh failed" not in server.log()
     browser.get("/dashboard/history/?namespace=team-a")
+    browser.get("/dashboard/budgets/")
     with psycopg.connect(database.direct) as conn:
         rows, newest = conn.execute(f'SELECT count(*), max(id) FROM "{AUDIT}"').fetchone()
         mark = conn.execute(f'SELECT last_audit_id FROM "{MARK}"').fetchone()[0]
