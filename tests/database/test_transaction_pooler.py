@@ -22,11 +22,10 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
-import urllib.request
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 from types import SimpleNamespace
 
 import psycopg
@@ -42,6 +41,7 @@ from tests.support import pods
 from tests.support.admissions import Gunicorn, Load, metric_value
 from tests.support.postgres import PgBouncer
 from tests.support.servers import REPO, VENV_BIN, database_drop, database_recreate
+from tests.support.ui import StaffSession
 
 pytestmark = pytest.mark.slow
 
@@ -140,37 +140,18 @@ def post_review(port: int, review: dict) -> dict:
         conn.close()
 
 
-class Browser:
-    """A logged-in staff session on the UI (cookies, CSRF), as a person uses the dashboard."""
-
-    def __init__(self, port: int, username: str, password: str) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-        self.cookies = http.cookiejar.CookieJar()
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
-        page = self.get("/admin/login/?next=/dashboard/").decode()
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-        form = urllib.parse.urlencode({"username": username, "password": password, "next": "/dashboard/",
-                                       "csrfmiddlewaretoken": token}).encode()
-        with self.opener.open(f"{self.base}/admin/login/?next=/dashboard/", form, timeout=30) as response:
-            assert response.url.endswith("/dashboard/"), "logged in and sent on to the dashboard"
-
-    def get(self, path: str) -> bytes:
-        with self.opener.open(self.base + path, timeout=60) as response:
-            assert response.status == 200, path
-            return response.read()
-
-
 # --- the test pooler itself -------------------------------------------------------------------------
 
 
 def test_the_pooler_runs_consecutive_transactions_in_different_sessions(database):
-    """What makes the tests below mean something: session state does not follow a client here."""
+    """What makes the tests below mean something: session state does not follow a client here. (A custom
+    setting: the session keeps it, and it must not change what later tests that land there do.)"""
     with psycopg.connect(database.pooled, autocommit=True, prepare_threshold=None) as conn:
         sessions = [conn.execute("SELECT pg_backend_pid()").fetchone()[0] for _ in range(4)]
-        conn.execute("SET statement_timeout = '4321ms'")
-        seen = [conn.execute("SHOW statement_timeout").fetchone()[0] for _ in range(3)]
+        conn.execute("SET volcano.pooler_probe = 'here'")
+        seen = [conn.execute("SELECT current_setting('volcano.pooler_probe', true)").fetchone()[0] for _ in range(3)]
     assert len(set(sessions)) > 1, sessions
-    assert "4321ms" not in seen
+    assert "here" not in seen
 
 
 def test_the_time_zone_django_sets_follows_the_client_through_the_pooler(database):
@@ -291,7 +272,7 @@ def _patch(answer: dict) -> list:
 
 def test_dashboard_pages_and_the_csv_export_work_through_the_pooler(database, server, admin):
     manage(database, "fill_audit", "--rows", "5000", "--days", "1")
-    browser = Browser(server.port, admin, ADMIN_PASSWORD)
+    browser = StaffSession(server.port, admin, ADMIN_PASSWORD)
     browser.get("/dashboard/")  # the overview refreshes the rollup: LOCK TABLE and set_config in one transaction
     assert "audit rollup refresh failed" not in server.log()
     browser.get("/dashboard/history/?namespace=team-a")
@@ -306,18 +287,29 @@ def test_dashboard_pages_and_the_csv_export_work_through_the_pooler(database, se
     assert rows > 4000 and len(exported) == rows + 1
 
 
-def test_admin_forms_list_their_choices_through_the_pooler(database, server, admin):
+def test_admin_forms_list_their_choices_and_save_through_the_pooler(database, server, admin):
     """Django's choice widgets read their choices with .iterator() while the page renders, after the view's
     transaction has ended: a cursor WITH HOLD, which the next statement may not find behind the pooler,
     unless DB_POOL_MODE=transaction turns server-side cursors off."""
-    browser = Browser(server.port, admin, ADMIN_PASSWORD)
+    browser = StaffSession(server.port, admin, ADMIN_PASSWORD)
     for _ in range(3):  # a few pages: each has several choice lists
         assert b"llm-7b" in browser.get("/admin/profiles/namespacepolicy/add/")
         assert b"A100-80GB" in browser.get("/admin/profiles/preset/add/")
+    with psycopg.connect(database.direct) as conn:
+        version_before = conn.execute(f'SELECT version FROM "{VERSIONS}" WHERE id = 1').fetchone()[0]
+    ended = browser.post_form("/admin/profiles/preset/add/", {
+        "name": "admin-pooler", "vgpu_memory_mib": "4096", "enabled": "on", "description": "",
+        "cpu_request": "", "cpu_limit": "", "memory_request": "", "memory_limit": "", "priority_class": "",
+        "gpu_model": "", "vgpu_cores_percent": "", "min_model_size_b": "", "max_model_size_b": ""})
+    assert ended.endswith("/admin/profiles/preset/"), f"the form was not saved: {ended}"
+    with psycopg.connect(database.direct) as conn:
+        assert conn.execute('SELECT vgpu_memory_mib FROM "profiles_preset" WHERE name = %s',
+                            ["admin-pooler"]).fetchone() == (4096,)
+        assert conn.execute(f'SELECT version FROM "{VERSIONS}" WHERE id = 1').fetchone()[0] > version_before
 
 
 def peak_rss_kib(pid: int) -> int:
-    status = open(f"/proc/{pid}/status").read()  # noqa: SIM115 - read at once
+    status = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE).group(1))
 
 
@@ -325,7 +317,7 @@ def test_a_large_csv_export_behind_the_pooler_is_streamed_not_held_in_memory(dat
     """With server-side cursors off, a client-side cursor would hold every row of the export in the worker
     (about 260 MB for 100,000 rows: docs/database-pooling.md); the export reads on DATABASE_DIRECT_URL."""
     manage(database, "fill_audit", "--rows", "100000", "--days", "30", "--seed", "3")
-    browser = Browser(server.port, admin, ADMIN_PASSWORD)
+    browser = StaffSession(server.port, admin, ADMIN_PASSWORD)
     before = {pid: peak_rss_kib(pid) for pid in server.worker_pids()}
     exported = browser.get("/dashboard/history.csv").count(b"\n")
     growth_mib = max(peak_rss_kib(pid) - before[pid] for pid in before) / 1024

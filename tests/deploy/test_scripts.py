@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from tests.support import pods
 from tests.support.servers import free_port, process_group_stop
@@ -121,7 +122,7 @@ def test_install_pgbouncer_does_nothing_when_pgbouncer_is_there():
     service = []
     for entry in os.listdir("/proc"):
         try:
-            cmdline = open(f"/proc/{entry}/cmdline", "rb").read() if entry.isdigit() else b""  # noqa: SIM115
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes() if entry.isdigit() else b""
         except OSError:
             continue
         if b"/etc/pgbouncer/pgbouncer.ini" in cmdline:

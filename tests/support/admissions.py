@@ -36,7 +36,11 @@ class Gunicorn(GunicornProcess):
             "LOG_LEVEL": "WARNING",
             **env,
         })
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            super().stop(timeout_seconds=10)  # a server that never got ready is not left running
+            raise
 
     def wait_ready(self, timeout_seconds: float = 60.0) -> None:
         self.wait_until(lambda: get(self.port, "/readyz")[0] == 200, timeout_seconds=timeout_seconds,

@@ -10,7 +10,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
+from django.db import connection, transaction
 
 from mutations.models import AdmissionAudit
 from profiles.preview import pod_preview
@@ -115,7 +115,10 @@ class Command(BaseCommand):
         times = sorted(self._random_time(rng, end, days) for _ in range(rows))
         decisions = rng.choices(list(DECISION_WEIGHTS), weights=list(DECISION_WEIGHTS.values()), k=rows)
         sql = f'COPY {AdmissionAudit._meta.db_table} ({", ".join(COLUMNS)}) FROM STDIN'
-        with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+        # One transaction: all rows or none. Behind PgBouncer's transaction pooling it also keeps the session
+        # if the COPY fails midway, where a COPY on its own lets PgBouncer hand the session on while this
+        # client still streams data into it (docs/database-pooling.md).
+        with transaction.atomic(), connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
             for created_at, decision in zip(times, decisions, strict=True):
                 copy.write_row(self._row(rng, rng.choice(templates[decision]), created_at))
         self.stdout.write(f"added {rows} audit rows over {days} days in {time.perf_counter() - started:.1f} s")
