@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Extract the OpenAPI schemas of chosen custom resources from released CRD manifests, for tests/deploy.
 
-    .venv/bin/python scripts/crd-schemas.py tests/deploy/crd-schemas --kinds Cluster,Pooler,ScheduledBackup \
+    .venv/bin/python scripts/crd-schemas.py tests/deploy/crds --kinds Cluster,Pooler,ScheduledBackup \
         cnpg-1.30.0.yaml
 
 Writes <group>_<version>_<kind>.json per served version of each chosen kind: the
 `openAPIV3Schema` with what validation does not read (descriptions, examples) removed. Where the
-manifests come from, and their versions: tests/deploy/crd-schemas/README.md.
+manifests come from, and their versions: tests/deploy/crds/README.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """deploy/components/cloudnative-pg (and -backup): the custom resources validate against the CRD schemas
-of the pinned releases (tests/deploy/crd-schemas), and the webhook is wired to the pooler and the Secret
+of the pinned releases (tests/deploy/crds), and the webhook is wired to the pooler and the Secret
 CloudNativePG creates."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from .conftest import find_object, find_prefixed
 
-SCHEMAS = Path(__file__).parent / "crd-schemas"
+SCHEMAS = Path(__file__).parent / "crds"  # the *.json schemas; the *.yaml CRDs are for test_monitoring_manifests.py
 # API groups whose objects are validated here, each against a schema file <group>_<version>_<kind>.json.
 CUSTOM_GROUPS = {"postgresql.cnpg.io", "barmancloud.cnpg.io", "monitoring.coreos.com"}
 CNPG_BUILDS = ["overlays/cloudnative-pg", "overlays/production+cloudnative-pg+cloudnative-pg-backup",

@@ -40,7 +40,7 @@ QUOTA_JOB = "volcano-injector-quotas"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 # Custom resources whose schemas are not in kubernetes-validate: cert-manager's (checked by hand below),
 # CloudNativePG's, its backup plugin's and the Prometheus Operator's (tests/deploy/test_cloudnative_pg.py,
-# against the CRD schemas in tests/deploy/crd-schemas).
+# against the CRD schemas in tests/deploy/crds).
 CUSTOM_API_GROUPS = {"cert-manager.io", "postgresql.cnpg.io", "barmancloud.cnpg.io", "monitoring.coreos.com"}
 
 
