@@ -18,7 +18,10 @@ VENV_BIN = Path(sys.executable).parent
 
 # Every kustomization an operator may apply: the overlays, and production (or trial) with
 # optional components (the combinations are generated in a temporary directory).
-OVERLAYS = ["overlays/production", "overlays/trial", "overlays/production-mtls", "overlays/production-managed", "overlays/cloudnative-pg"]
+OVERLAYS = [
+    "overlays/production", "overlays/trial", "overlays/production-mtls", "overlays/production-managed",
+    "overlays/cloudnative-pg",
+]
 COMPONENT_COMBINATIONS = [
     ("components/all-pods",),
     ("components/fail-closed",),
