@@ -133,7 +133,8 @@ class PresetAdmin(RefusingDeleteMixin, admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["name", "description", "enabled", "is_default"]}),
         ("vGPU", {"fields": ["vgpu_memory_mib", "vgpu_cores_percent", "gpu_model"]}),
-        ("Model sizes served (billions of parameters)", {"fields": ["min_model_size_b", "max_model_size_b"],
+        ("Model sizes served (billions of parameters)", {"fields": ["min_model_size_b", "max_model_size_b",
+                                                                    "model_size_gpus"],
                                                          "description": "From (exclusive) to (inclusive): "
                                                          "a 7B model gets the preset whose range holds 7."}),
         ("CPU and memory (override the namespace policy's defaults)",
@@ -195,6 +196,11 @@ class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
         ("Presets", {"fields": ["default_preset", "allowed_presets"]}),
         ("Limits", {"fields": ["max_vgpus_per_pod", "max_vgpu_memory_mib", "deny_privileged"]}),
         ("Scheduler", {"fields": ["scheduler_name", "scheduler_scope"]}),
+        ("Sizing from the serving command", {
+            "fields": ["infer_from_serving", "kv_cache_sequences"],
+            "description": "GPU Pods that name no size are sized from their inference server's command line and the "
+                           "model catalog (docs/sizing.md).",
+        }),
         ("Volcano queue and priority", {
             "fields": ["default_queue", "allowed_queues", "priority_class"],
             "description": "Set on the Pods this policy reaches when they name none; never in place of what a Pod "
@@ -332,3 +338,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+# The model catalog's admin lives in its own module; importing it registers it.
+from . import admin_language_models  # noqa: E402, F401 - registers LanguageModelAdmin with the admin site

@@ -29,8 +29,9 @@ from mutations.engine import (
     select_policy,
 )
 
+from .language_models import language_model_index
 from .metrics import CONFIG_UNREADABLE, CONFIG_VERSION
-from .models import ConfigVersion, GpuModel, NamespacePolicy, Preset
+from .models import ConfigVersion, GpuModel, LanguageModel, NamespacePolicy, Preset
 
 logger = logging.getLogger("volcano_injector.config")
 
@@ -41,7 +42,7 @@ def config_version_get() -> int:
 
 
 def catalog_build() -> Catalog:
-    """Read every preset, GPU model and policy into one frozen Catalog (four queries)."""
+    """Read every preset, GPU model, policy and catalog model into one frozen Catalog (six queries)."""
     version = config_version_get()
     gpu_models = {m.name: _gpu_model_spec(m) for m in GpuModel.objects.all()}
     presets = {}
@@ -58,6 +59,7 @@ def catalog_build() -> Catalog:
             enabled=row.enabled,
             is_default=row.is_default,
             priority_class=row.priority_class or None,
+            model_size_gpus=row.model_size_gpus,
         )
         if row.is_default and row.enabled:
             default_preset = row.name
@@ -65,8 +67,9 @@ def catalog_build() -> Catalog:
         policy_spec_from_row(row)
         for row in NamespacePolicy.objects.select_related("default_preset").prefetch_related("allowed_presets")
     )
+    language_models = language_model_index(list(LanguageModel.objects.order_by("name")))
     return Catalog(presets=presets, gpu_models=gpu_models, policies=policies,
-                   default_preset=default_preset, version=version)
+                   default_preset=default_preset, version=version, language_models=language_models)
 
 
 def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
@@ -88,6 +91,8 @@ def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
         priority_class=row.priority_class or None,
         budget_vgpu_memory_gib=row.budget_vgpu_memory_gib,
         budget_vgpu_number=row.budget_vgpu_number,
+        infer_from_serving=row.infer_from_serving,
+        kv_cache_sequences=row.kv_cache_sequences,
     )
 
 

@@ -49,13 +49,30 @@ class GpuModelForm(forms.ModelForm):
         _add_problems(self, gpu_model_validate(gpu_model=self.instance))
 
 
+class _OptionalCount(forms.IntegerField):
+    """A count whose empty value means the model field's default (a form posted without it keeps working)."""
+
+    def __init__(self, *, default: int, **kwargs):
+        super().__init__(required=False, **kwargs)
+        self.default = default
+
+    def clean(self, value):
+        cleaned = super().clean(value)
+        return self.default if cleaned is None else cleaned
+
+
 class PresetForm(forms.ModelForm):
+    model_size_gpus = _OptionalCount(
+        default=1, min_value=1, max_value=64, label="GPUs the size range is split over",
+        help_text=Preset._meta.get_field("model_size_gpus").help_text,
+    )
+
     class Meta:
         model = Preset
         fields = [
             "name", "description", "vgpu_memory_mib", "vgpu_cores_percent", "min_model_size_b", "max_model_size_b",
             "gpu_model", "cpu_request", "cpu_limit", "memory_request", "memory_limit", "priority_class", "enabled",
-            "is_default",
+            "is_default", "model_size_gpus",
         ]
         help_texts = {"is_default": "Used where no policy or annotation chooses a preset. Ticking it here moves "
                                     "the default off the current default preset."}
@@ -78,6 +95,10 @@ class NamespacePolicyForm(forms.ModelForm):
         help_text="Volcano queues Pods here may name, one per line or separated by commas; empty allows any. "
                   "The default queue must be one of them.",
     )
+    kv_cache_sequences = _OptionalCount(
+        default=1, min_value=1, max_value=256, label="KV cache sequences",
+        help_text=NamespacePolicy._meta.get_field("kv_cache_sequences").help_text,
+    )
 
     class Meta:
         model = NamespacePolicy
@@ -85,7 +106,8 @@ class NamespacePolicyForm(forms.ModelForm):
             "namespace", "description", "mode", "default_preset", "allowed_presets", "max_vgpus_per_pod",
             "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope", "cpu_request", "cpu_limit",
             "memory_request", "memory_limit", "deny_privileged", "default_queue", "allowed_queues",
-            "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number",
+            "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number", "infer_from_serving",
+            "kv_cache_sequences",
         ]
 
     def _post_clean(self):

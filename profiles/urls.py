@@ -1,15 +1,16 @@
-"""REST API for presets, GPU models, namespace policies and previews (mounted at /api/v1/)."""
+"""REST API for presets, GPU models, namespace policies, the model catalog and previews (mounted at /api/v1/)."""
 
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from .api import views
+from .api import language_models, views
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
 router.register("presets", views.PresetViewSet, basename="preset")
 router.register("gpu-models", views.GpuModelViewSet, basename="gpu-model")
 router.register("namespace-policies", views.NamespacePolicyViewSet, basename="namespace-policy")
+router.register("models", language_models.LanguageModelViewSet, basename="language-model")
 
 urlpatterns = [
     path("preview/", views.PodPreviewView.as_view(), name="pod-preview"),

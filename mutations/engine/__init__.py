@@ -7,9 +7,12 @@ nothing of theirs (tests/test_conventions.py). Its public names are re-exported 
 from .admission import AdmissionRequest, BadReview, parse_review, review_response
 from .annotations import ANN_PRESET, ANN_SKIP
 from .denial import Denial
+from .inference import model_key, serving_size
 from .jsonpatch import make_patch
+from .memory import Knobs, LanguageModelSpec, Need, catalog_need
 from .mutate import mutate_pod
 from .quantity import QuantityError, format_quantity, parse_quantity
+from .serving import ServingCommand, serving_command_read
 from .sizing import estimate_model_vram_mib
 from .specs import (
     BUILTIN_POLICY,
@@ -33,8 +36,9 @@ from .specs import (
 __all__ = [
     "ANN_PRESET", "ANN_SKIP", "BUILTIN_POLICY", "GPU_RESOURCE",
     "AdmissionRequest", "BadReview", "Catalog", "ContainerGrant", "Decision", "Denial", "GpuModelSpec", "JsonObject",
-    "Mode", "MutationContext", "MutationResult", "PolicySpec", "PresetSpec", "QuantityError", "ResourceDefaults",
-    "SchedulerScope",
-    "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch", "mutate_pod",
+    "Knobs", "LanguageModelSpec", "Mode", "MutationContext", "MutationResult", "Need", "PolicySpec", "PresetSpec",
+    "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand",
+    "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",
+    "model_key", "mutate_pod", "serving_command_read", "serving_size",
     "parse_quantity", "parse_review", "review_response", "select_policy",
 ]

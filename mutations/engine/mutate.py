@@ -116,7 +116,7 @@ class _Mutation:
         sizing = None
         if to_convert:
             sizing = sizing_decide(annotations=self.annotations, policy=self.policy, catalog=self.catalog,
-                                   warnings=self.warnings)
+                                   warnings=self.warnings, containers=to_convert)
             for container in to_convert:
                 self._convert(container, sizing)
         gpu_containers = [c for c in containers if VGPU_NUMBER in resource_map(c, "limits")]
@@ -191,7 +191,8 @@ class _Mutation:
         granted_cores = _int_or(written.get(VGPU_CORES), cores)
         self.grants.append(
             ContainerGrant(container.name, container.init, format(count.normalize(), "f"), number,
-                           granted_memory, granted_cores)
+                           granted_memory, granted_cores,
+                           sizing.serving_explanation if container.name == sizing.serving_container else None)
         )
         cores_text = f", {granted_cores}% cores" if granted_cores is not None else ""
         self.warnings.append(

@@ -1,14 +1,17 @@
 """Deciding the vGPU size of a Pod: the preset, the memory per vGPU, the cores, the card, the defaults.
 
 Precedence, highest first: the vgpu-memory annotation, vgpu-memory-percentage, the preset
-annotation, model-size (the matching preset, else an estimate), the namespace policy's default
-preset, the global default preset. The preset chosen also gives the cores, the card and the
-CPU/memory defaults, even when an annotation overrides its memory.
+annotation, model-size (the matching preset, else an estimate; both per card for the Pod's GPU
+count), the serving command (inference.py, unless the namespace policy switches it off), the
+namespace policy's default preset, the global default preset. The preset chosen also gives the
+cores, the card and the CPU/memory defaults, even when an annotation, the model size or the serving
+command decides its memory.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .annotations import (
@@ -26,6 +29,8 @@ from .annotations import (
     vgpu_memory_parse,
 )
 from .denial import Denial
+from .inference import serving_size
+from .pod import Container
 from .specs import Catalog, GpuModelSpec, JsonObject, PolicySpec, PresetSpec, ResourceDefaults
 
 # Bytes per parameter by weight dtype (the GPUStack estimate: README, "Sizing GPU memory for a model").
@@ -52,27 +57,36 @@ class Sizing:
     vgpu_cores_percent: int | None
     gpu_model: GpuModelSpec | None
     resources: ResourceDefaults
+    # The container whose serving command decided the memory, and how its need added up.
+    serving_container: str | None = None
+    serving_explanation: JsonObject | None = None
 
 
-def estimate_model_vram_mib(size_b: float, bytes_per_parameter: float) -> int:
-    """GPU memory (MiB, rounded up to whole GiB) vLLM needs to serve a model of `size_b` billion parameters."""
-    weights_mib = size_b * 1e9 * bytes_per_parameter / 2**20
+def estimate_model_vram_mib(size_b: float, bytes_per_parameter: float, gpus: int = 1) -> int:
+    """GPU memory per card (MiB, rounded up to whole GiB) vLLM needs to serve a model of `size_b` billion
+    parameters split over `gpus` cards (the weights split; the 2 GiB of runtime each card has anyway)."""
+    weights_mib = size_b * 1e9 * bytes_per_parameter / 2**20 / max(1, gpus)
     need_mib = (weights_mib * ESTIMATE_OVERHEAD_FACTOR + ESTIMATE_OVERHEAD_MIB) / GPU_MEMORY_UTILIZATION
     return int(math.ceil(need_mib / ESTIMATE_STEP_MIB) * ESTIMATE_STEP_MIB)
 
 
-def sizing_decide(*, annotations: JsonObject, policy: PolicySpec, catalog: Catalog, warnings: list[str]) -> Sizing:
-    """The size every converted container of the Pod gets; appends what the user should know to `warnings`."""
-    return _Decider(annotations, policy, catalog, warnings).decide()
+def sizing_decide(*, annotations: JsonObject, policy: PolicySpec, catalog: Catalog, warnings: list[str],
+                  containers: Sequence[Container] = ()) -> Sizing:
+    """The size every converted container of the Pod gets; appends what the user should know to `warnings`.
+    `containers`: the ones asking for GPUs (their count and serving command take part in the size)."""
+    return _Decider(annotations, policy, catalog, warnings, list(containers)).decide()
 
 
 class _Decider:
-    def __init__(self, annotations: JsonObject, policy: PolicySpec, catalog: Catalog, warnings: list[str]):
+    def __init__(self, annotations: JsonObject, policy: PolicySpec, catalog: Catalog, warnings: list[str],
+                 containers: list[Container]):
         self.annotations = annotations
         self.policy = policy
         self.catalog = catalog
         self.warnings = warnings
+        self.containers = containers
         self.model_size_b = 0.0
+        self.model_size_memory_mib: int | None = None
 
     def _annotation(self, key: str) -> str | None:
         return annotation_read(self.annotations, key)
@@ -80,19 +94,27 @@ class _Decider:
     def decide(self) -> Sizing:
         gpu_model = self._gpu_type_annotation()
         preset, source = self._choose_preset()
-        memory_mib = None
+        memory_mib = self.model_size_memory_mib
         if preset is None and source.startswith("model-size-estimate"):
             memory_mib = self._estimate_mib(gpu_model or self._default_card())
         explicit_memory = self._annotation(ANN_VGPU_MEMORY)
         percentage = self._annotation(ANN_VGPU_MEMORY_PERCENTAGE)
         card = gpu_model or (preset.gpu_model if preset else None)
+        serving = None
+        if (explicit_memory is None and percentage is None and self.policy.infer_from_serving
+                and self._annotation(ANN_PRESET) is None and self._annotation(ANN_MODEL_SIZE) is None):
+            serving = serving_size(containers=self.containers, language_models=self.catalog.language_models,
+                                   card=card or self._default_card(), sequences=self.policy.kv_cache_sequences,
+                                   warnings=self.warnings)
+            if serving is not None:
+                memory_mib, source = serving.memory_mib, serving.source
         if explicit_memory is not None:
             memory_mib = vgpu_memory_parse(explicit_memory)
             source = f"annotation {ANN_VGPU_MEMORY}"
         elif percentage is not None:
             memory_mib = self._memory_from_percentage(percentage, card)
             source = f"annotation {ANN_VGPU_MEMORY_PERCENTAGE}"
-        elif preset is not None:
+        elif preset is not None and memory_mib is None:
             memory_mib = preset.vgpu_memory_mib
         if memory_mib is None:
             raise Denial(
@@ -111,7 +133,13 @@ class _Decider:
         resources = self.policy.resources
         if preset is not None:
             resources = resources.overlaid_by(preset.resources)
-        return Sizing(preset, source, memory_mib, cores, card, resources)
+        return Sizing(preset, source, memory_mib, cores, card, resources,
+                      serving.container if serving else None, serving.explanation if serving else None)
+
+    def _pod_gpus(self) -> int:
+        """The GPUs the Pod's server spans: the largest whole count one of its containers asks for."""
+        counts = [_whole(c) for c in self.containers if not c.init] or [_whole(c) for c in self.containers]
+        return max(counts, default=1)
 
     def _default_card(self) -> GpuModelSpec | None:
         """The card an estimate is capped at: the default preset's GPU model, else the largest known card.
@@ -157,7 +185,16 @@ class _Decider:
             if candidates:
                 # The narrowest range serving the size is the most specific preset.
                 best = min(candidates, key=lambda p: (p.vgpu_memory_mib, p.name))
-                return best, f"annotation {ANN_MODEL_SIZE}={size}"
+                source = f"annotation {ANN_MODEL_SIZE}={size}"
+                gpus = self._pod_gpus()
+                if gpus != best.model_size_gpus:
+                    # Sized for another GPU count: scale by what the estimate says each card holds at either.
+                    per_param = self._dtype_bytes()
+                    ratio = (estimate_model_vram_mib(size_b, per_param, gpus)
+                             / estimate_model_vram_mib(size_b, per_param, best.model_size_gpus))
+                    self.model_size_memory_mib = int(math.ceil(best.vgpu_memory_mib * ratio / 256) * 256)
+                    source += f" (preset {best.name} is sized for {best.model_size_gpus} GPU(s); per card for {gpus})"
+                return best, source
             self.model_size_b = size_b
             return None, f"model-size-estimate {size}"
         if self.policy.default_preset:
@@ -191,8 +228,7 @@ class _Decider:
             )
         return preset
 
-    def _estimate_mib(self, card: GpuModelSpec | None) -> int:
-        """vLLM's need for a model: weights x 1.2 + 2 GiB, over 0.9 utilisation, rounded up to 1 GiB."""
+    def _dtype_bytes(self) -> float:
         dtype = (self._annotation(ANN_MODEL_DTYPE) or DEFAULT_DTYPE).lower()
         if dtype not in DTYPE_BYTES:
             raise Denial(
@@ -200,13 +236,26 @@ class _Decider:
                 f"annotation {ANN_MODEL_DTYPE}: {dtype!r} is not a known weight type; accepted: "
                 + ", ".join(sorted(DTYPE_BYTES)),
             )
-        mib = estimate_model_vram_mib(self.model_size_b, DTYPE_BYTES[dtype])
+        return DTYPE_BYTES[dtype]
+
+    def _estimate_mib(self, card: GpuModelSpec | None) -> int:
+        """vLLM's need for a model: weights over the Pod's GPUs x 1.2 + 2 GiB, over 0.9 utilisation, to 1 GiB."""
+        dtype = (self._annotation(ANN_MODEL_DTYPE) or DEFAULT_DTYPE).lower()
+        gpus = self._pod_gpus()
+        mib = estimate_model_vram_mib(self.model_size_b, self._dtype_bytes(), gpus)
         if card is not None and mib > card.memory_mib:
-            self.warnings.append(
-                f"a {self.model_size_b:g}B {dtype} model needs about {mib} MiB, more than one {card.name} "
-                f"({card.memory_mib} MiB); each vGPU was capped at {card.memory_mib} MiB: ask for more GPUs"
+            # A slice smaller than the model needs would be granted, and the server would fail at start.
+            wider = next((n for n in (2, 4, 8, 16) if n > gpus
+                          and estimate_model_vram_mib(self.model_size_b, self._dtype_bytes(), n) <= card.memory_mib),
+                         None)
+            fix = (f"ask for {wider} GPUs ({estimate_model_vram_mib(self.model_size_b, self._dtype_bytes(), wider)} "
+                   f"MiB per card, with --tensor-parallel-size {wider})" if wider else "ask for more GPUs")
+            raise Denial(
+                f"metadata.annotations[{ANN_MODEL_SIZE}]",
+                f"annotation {ANN_MODEL_SIZE}: a {self.model_size_b:g}B {dtype} model needs about {mib} MiB per card "
+                f"on {gpus} GPU(s), more than one {card.name} has ({card.memory_mib} MiB); {fix}, or a smaller "
+                f"weight type ({ANN_MODEL_DTYPE}: fp8 or int4)",
             )
-            mib = card.memory_mib
         return mib
 
     def _memory_from_percentage(self, value: str, card: GpuModelSpec | None) -> int:
@@ -224,3 +273,15 @@ class _Decider:
         if value is None:
             return preset.vgpu_cores_percent if preset else None
         return cores_parse(value)
+
+
+def _whole(container: Container) -> int:
+    """A container's whole GPU count (1 for a fraction or an unreadable value)."""
+    for part in ("limits", "requests"):
+        value = ((container.body.get("resources") or {}).get(part) or {}).get("nvidia.com/gpu")
+        if value is not None:
+            try:
+                return max(1, int(str(value).strip()))
+            except ValueError:
+                return 1
+    return 1

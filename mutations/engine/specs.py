@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, TypeAlias
 
+from .memory import LanguageModelSpec
+
 ANNOTATION_PREFIX = "volcano-injector.io/"
 GPU_RESOURCE = "nvidia.com/gpu"
 VGPU_NUMBER = "volcano.sh/vgpu-number"
@@ -87,6 +89,8 @@ class PresetSpec:
     is_default: bool = False
     # The PriorityClass for Pods this preset sizes (beats the policy's); None leaves the policy's.
     priority_class: str | None = None
+    # The GPUs a model of its size range is split over at this memory per vGPU (tensor parallelism).
+    model_size_gpus: int = 1
 
     def serves_model_size(self, size_b: float) -> bool:
         if self.min_model_size_b is None and self.max_model_size_b is None:
@@ -129,6 +133,10 @@ class PolicySpec:
     # The namespace budget that `manage.py sync_quotas` writes as a ResourceQuota (None: no budget).
     budget_vgpu_memory_gib: int | None = None
     budget_vgpu_number: int | None = None
+    # Sizing from the serving command (mutations/engine/inference.py): on or off, and how many full-length
+    # sequences the KV cache must hold (1: the least the server starts with).
+    infer_from_serving: bool = True
+    kv_cache_sequences: int = 1
 
     @property
     def is_pattern(self) -> bool:
@@ -172,6 +180,8 @@ class Catalog:
     policies: tuple[PolicySpec, ...] = ()
     default_preset: str | None = None
     version: int = 0
+    # The model catalog by match key (mutations.engine.inference.model_key of each name and alias).
+    language_models: dict[str, LanguageModelSpec] = field(default_factory=dict)
 
     def gpu_model(self, name: str) -> GpuModelSpec | None:
         """A GPU model by name, case-insensitively."""
@@ -204,9 +214,11 @@ class ContainerGrant:
     vgpu_number: int
     vgpu_memory_mib: int
     vgpu_cores_percent: int | None
+    # How the serving command's need added up (inference.py), on the container it was read from.
+    sizing: JsonObject | None = None
 
     def as_dict(self) -> JsonObject:
-        return {
+        found = {
             "container": self.container,
             "init": self.init,
             "gpus_requested": self.gpus_requested,
@@ -214,6 +226,9 @@ class ContainerGrant:
             "vgpu_memory_mib": self.vgpu_memory_mib,
             "vgpu_cores_percent": self.vgpu_cores_percent,
         }
+        if self.sizing is not None:
+            found["sizing"] = self.sizing
+        return found
 
 
 @dataclass(frozen=True)

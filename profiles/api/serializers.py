@@ -65,7 +65,7 @@ class PresetSerializer(serializers.ModelSerializer):
             "id", "name", "description", "vgpu_memory_mib", "vgpu_cores_percent",
             "min_model_size_b", "max_model_size_b", "gpu_model",
             "cpu_request", "cpu_limit", "memory_request", "memory_limit", "priority_class",
-            "enabled", "is_default", "default_for_policies_count", "allowed_in_policies_count",
+            "model_size_gpus", "enabled", "is_default", "default_for_policies_count", "allowed_in_policies_count",
             "created_at", "updated_at",
         ]
         read_only_fields = ["created_at", "updated_at"]
@@ -104,7 +104,7 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
             "max_vgpus_per_pod", "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope",
             "cpu_request", "cpu_limit", "memory_request", "memory_limit", "deny_privileged",
             "default_queue", "allowed_queues", "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number",
-            "created_at", "updated_at",
+            "infer_from_serving", "kv_cache_sequences", "created_at", "updated_at",
         ]
         read_only_fields = ["created_at", "updated_at"]
 
@@ -141,6 +141,8 @@ class ContainerGrantSerializer(serializers.Serializer):
     vgpu_number = serializers.IntegerField()
     vgpu_memory_mib = serializers.IntegerField()
     vgpu_cores_percent = serializers.IntegerField(allow_null=True)
+    sizing = serializers.DictField(required=False, help_text="How the serving command's need added up (weights, "
+                                                             "KV cache, activations, overhead, memory fraction).")
 
 
 class PodPreviewResponseSerializer(serializers.Serializer):

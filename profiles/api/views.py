@@ -52,6 +52,12 @@ CONSTRAINT_FIELDS = {
     "profiles_namespacepolicy_namespace_key": "namespace",
     "profiles_namespacepolicy_mode_valid": "mode",
     "profiles_namespacepolicy_scheduler_scope_valid": "scheduler_scope",
+    "profiles_languagemodel_name_key": "name",
+    "profiles_languagemodel_params_positive": "params_b",
+    "profiles_languagemodel_active_params": "active_params_b",
+    "profiles_languagemodel_shape_positive": "layers",
+    "profiles_languagemodel_window_layers": "sliding_window_layers",
+    "profiles_languagemodel_dtype_valid": "dtype",
 }
 
 

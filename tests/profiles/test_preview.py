@@ -43,7 +43,7 @@ def mutate(post_review, pod: dict) -> dict:
     "pod",
     [pods.vllm_deployment_pod(), pods.kserve_predictor_pod(), pods.ray_worker_pod(), pods.init_gpu_pod(),
      pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "7B"}),
-     pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "180B"})],
+     pods.vllm_deployment_pod(gpus="8", annotations={"volcano-injector.io/model-size": "180B"})],
     ids=["deployment", "kserve", "ray", "init", "model-size", "estimate"],
 )
 def test_preview_patch_is_the_patch_mutate_sends(reader_api, post_review, pod):

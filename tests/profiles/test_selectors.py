@@ -47,7 +47,7 @@ def test_namespace_policy_applying_follows_the_precedence(namespaces, namespace,
 def test_exact_policy_beats_a_pattern_in_mutate(post_review, operator_api):
     operator_api.post(POLICIES, {"namespace": "team-*", "default_preset": "llm-14b"}, format="json")
     operator_api.post(POLICIES, {"namespace": "team-a", "default_preset": "llm-7b"}, format="json")
-    stored = applied(post_review, pods.vllm_deployment_pod(namespace="team-a"))
+    stored = applied(post_review, pods.vllm_deployment_pod(namespace="team-a", model=None))
     assert stored["metadata"]["annotations"]["volcano-injector.io/applied-policy"] == "team-a"
     assert memory_mib(stored) == Preset.objects.get(name="llm-7b").vgpu_memory_mib
 
@@ -55,7 +55,7 @@ def test_exact_policy_beats_a_pattern_in_mutate(post_review, operator_api):
 def test_longer_pattern_beats_a_shorter_one_in_mutate(post_review, operator_api):
     operator_api.post(POLICIES, {"namespace": "team-*", "default_preset": "llm-14b"}, format="json")
     operator_api.post(POLICIES, {"namespace": "team-ml-*", "default_preset": "llm-1.5b"}, format="json")
-    stored = applied(post_review, pods.vllm_deployment_pod(namespace="team-ml-prod"))
+    stored = applied(post_review, pods.vllm_deployment_pod(namespace="team-ml-prod", model=None))
     assert stored["metadata"]["annotations"]["volcano-injector.io/applied-policy"] == "team-ml-*"
     assert memory_mib(stored) == Preset.objects.get(name="llm-1.5b").vgpu_memory_mib
 

@@ -60,12 +60,14 @@ def _pod(containers: list[dict], *, name: str = "", generate_name: str = "", nam
     return default_pod({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 
 
-def vllm_deployment_pod(gpus: str = "1", annotations: dict | None = None, namespace: str = "team-a", **limits) -> dict:
-    """A Deployment's Pod: no name yet, generateName and a ReplicaSet owner."""
+def vllm_deployment_pod(gpus: str = "1", annotations: dict | None = None, namespace: str = "team-a",
+                        model: str | None = "Qwen/Qwen2.5-7B-Instruct", **limits) -> dict:
+    """A Deployment's Pod: no name yet, generateName and a ReplicaSet owner. `model=None`: the server's
+    arguments come from elsewhere (a ConfigMap mounted as a file), so the webhook cannot size it from them."""
     container_limits = {"nvidia.com/gpu": gpus, **limits}
+    extra = {"args": ["--model", model]} if model else {"args": ["--config", "/etc/vllm/config.yaml"]}
     return _pod(
-        [_container("vllm", "vllm/vllm-openai:v0.11.0", container_limits,
-                    args=["--model", "Qwen/Qwen2.5-7B-Instruct"])],
+        [_container("vllm", "vllm/vllm-openai:v0.11.0", container_limits, **extra)],
         generate_name="qwen-7b-5d9f8b7c6d-", namespace=namespace, annotations=annotations,
         labels={"app": "qwen-7b", "pod-template-hash": "5d9f8b7c6d"},
         owner=("ReplicaSet", "qwen-7b-5d9f8b7c6d"),

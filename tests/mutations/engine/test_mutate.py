@@ -82,7 +82,9 @@ def admitted(original, result):
     ],
 )
 def test_memory_source_precedence(annotations, memory, cores, preset, source):
-    pod = pods.vllm_deployment_pod(annotations=annotations)
+    # A Pod whose serving command names no model: the annotations and presets decide (the serving
+    # command's place in the order: test_sizing.py).
+    pod = pods.vllm_deployment_pod(annotations=annotations, model=None)
     result = run(pod)
     assert result.decision is Decision.MUTATED
     got = limits(result)
@@ -96,12 +98,13 @@ def test_memory_source_precedence(annotations, memory, cores, preset, source):
 
 def test_namespace_default_preset_beats_global_default():
     policy = PolicySpec(namespace="team-*", default_preset="llm-7b")
-    result = run(pods.vllm_deployment_pod(), policy=policy)
+    result = run(pods.vllm_deployment_pod(model=None), policy=policy)
     assert limits(result)["volcano.sh/vgpu-memory"] == "23552"
     assert result.pod["metadata"]["annotations"]["volcano-injector.io/applied-preset"] == "llm-7b"
 
 
-def test_model_size_without_a_preset_is_estimated_and_capped_at_the_card():
+def test_model_size_without_a_preset_is_estimated_and_refused_past_the_card():
+    # A slice smaller than the model needs cannot start the server: refused, naming the GPUs that would do.
     catalog = Catalog(presets={"default": PRESETS["default"]}, gpu_models={"A100-80GB": A100}, default_preset="default")
     pod = pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "13B"})
     result = run(pod, catalog=catalog)
@@ -109,16 +112,22 @@ def test_model_size_without_a_preset_is_estimated_and_capped_at_the_card():
     assert result.preset is None
     big = run(pods.vllm_deployment_pod(annotations={
         "volcano-injector.io/model-size": "70B", "volcano-injector.io/gpu-type": "A100-80GB"}), catalog=catalog)
-    assert limits(big)["volcano.sh/vgpu-memory"] == "81920"
-    assert any("ask for more GPUs" in w for w in big.warnings)
+    assert big.decision is Decision.DENIED and big.field == "metadata.annotations[volcano-injector.io/model-size]"
+    assert "(81920 MiB)" in big.reason and "ask for 4 GPUs" in big.reason
+    split = run(pods.vllm_deployment_pod(gpus="4", annotations={
+        "volcano-injector.io/model-size": "70B", "volcano-injector.io/gpu-type": "A100-80GB"}), catalog=catalog)
+    assert limits(split)["volcano.sh/vgpu-memory"] == str(estimate_model_vram_mib(70, 2.0, 4))
 
 
-def test_estimate_without_a_named_card_is_capped_at_the_largest_known_card():
+def test_estimate_without_a_named_card_is_refused_past_the_largest_known_card():
     catalog = Catalog(presets={"default": PRESETS["default"]}, gpu_models={"A100-80GB": A100, "L40S": L40S},
                       default_preset="default")
     result = run(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "180B"}), catalog=catalog)
-    assert limits(result)["volcano.sh/vgpu-memory"] == "81920"
-    assert any("A100-80GB" in w and "ask for more GPUs" in w for w in result.warnings)
+    assert result.decision is Decision.DENIED
+    assert "A100-80GB" in result.reason and "ask for 8 GPUs" in result.reason
+    audit = run(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "180B"}), catalog=catalog,
+                policy=PolicySpec(mode=Mode.AUDIT_ONLY, default_preset="default"))
+    assert audit.decision is Decision.AUDIT_ONLY and audit.reason.startswith("would deny:")
 
 
 def test_model_dtype_changes_the_estimate():
@@ -175,7 +184,7 @@ def test_pod_over_the_policy_vgpu_count_is_denied_with_the_limit_and_policy():
 
 def test_vgpu_memory_over_the_policy_cap_is_denied():
     policy = PolicySpec(namespace="team-a", default_preset="default", max_vgpu_memory_mib=8192)
-    result = run(pods.vllm_deployment_pod(), policy=policy)
+    result = run(pods.vllm_deployment_pod(model=None), policy=policy)
     assert result.decision is Decision.DENIED
     assert "16384 MiB" in result.reason and "at most 8192 MiB" in result.reason
 
@@ -191,7 +200,7 @@ def test_privileged_gpu_container_is_denied():
 
 # --- realistic Pods ------------------------------------------------------------------------------
 def test_deployment_pod_without_a_name_is_converted():
-    pod = pods.vllm_deployment_pod()
+    pod = pods.vllm_deployment_pod(model=None)
     result = run(pod)
     patched = admitted(pod, result)
     assert patched["spec"]["schedulerName"] == "volcano"
@@ -329,7 +338,7 @@ def test_policy_off_skips_and_audit_only_changes_nothing_but_reports():
 
 
 def test_no_preset_at_all_is_denied_with_advice():
-    result = run(pods.vllm_deployment_pod(), policy=PolicySpec(), catalog=Catalog())
+    result = run(pods.vllm_deployment_pod(model=None), policy=PolicySpec(), catalog=Catalog())
     assert result.decision is Decision.DENIED and "default preset" in result.reason
 
 

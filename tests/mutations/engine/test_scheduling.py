@@ -233,5 +233,5 @@ def test_the_stored_pod_fed_back_is_unchanged(annotations):
 # --- budgets -------------------------------------------------------------------------------
 def test_multi_vgpu_container_is_told_how_the_memory_budget_counts_it():
     policy = PolicySpec(namespace="team-a", default_preset="default", budget_vgpu_memory_gib=64)
-    result = run(pods.as_webhook_sees(pods.submitted(pods.vllm_deployment_pod(gpus="2"))), policy=policy)
+    result = run(pods.as_webhook_sees(pods.submitted(pods.vllm_deployment_pod(gpus="2", model=None))), policy=policy)
     assert any("2 vGPUs of 16384 MiB count as 16384 MiB" in w for w in result.warnings)

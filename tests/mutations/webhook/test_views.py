@@ -117,7 +117,7 @@ def test_body_over_the_cap_is_refused(post_review, settings):
 
 
 def test_each_admission_writes_one_audit_row(post_review):
-    pod = pods.vllm_deployment_pod()
+    pod = pods.vllm_deployment_pod(model=None)
     request = pods.review(pod)
     body = answer(post_review(request))
     row = AdmissionAudit.objects.get()
@@ -156,7 +156,8 @@ def test_replayed_uid_keeps_one_row(post_review):
 def test_namespace_policy_decides_preset_and_limits(post_review):
     policy = NamespacePolicy.objects.create(namespace="team-*", default_preset=Preset.objects.get(name="llm-7b"),
                                             max_vgpus_per_pod=2)
-    stored = admit(pods.vllm_deployment_pod(), answer(post_review(pods.review(pods.vllm_deployment_pod()))))
+    pod = pods.vllm_deployment_pod(model=None)
+    stored = admit(pod, answer(post_review(pods.review(pod))))
     assert stored["metadata"]["annotations"]["volcano-injector.io/applied-policy"] == "team-*"
     assert stored["spec"]["containers"][0]["resources"]["limits"]["volcano.sh/vgpu-memory"] == "23552"
     denied = answer(post_review(pods.review(pods.vllm_deployment_pod(gpus="3"))))["response"]

@@ -1,0 +1,235 @@
+"""Sizing a GPU Pod from the model its inference server serves: the catalog entry, or the size in its name.
+
+`serving_size` reads the first server in spec.containers (serving.py), finds its model in the
+catalog, estimates the memory per card (memory.py), refuses what cannot start on the card, and
+says how the grant adds up. The arithmetic and a worked example: docs/sizing.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from .denial import Denial
+from .memory import (
+    DTYPE_BYTES,
+    GGUF_BITS,
+    Knobs,
+    LanguageModelSpec,
+    Need,
+    catalog_need,
+    fallback_need,
+    largest_context_fitting,
+    size_from_name,
+    weight_bytes_per_param,
+)
+from .pod import Container, resource_map
+from .serving import LLAMA_CPP, ServingCommand, serving_command_read
+from .specs import GPU_RESOURCE, GpuModelSpec, JsonObject
+
+# Name suffixes of quantized checkpoints -> weight type (DTYPE_BYTES), longest first.
+_NAME_QUANT = (
+    ("gptq-int4", "gptq-int4"), ("gptq-int8", "gptq-int8"), ("awq", "awq"), ("gptq", "gptq"),
+    ("fp8-dynamic", "fp8"), ("fp8", "fp8"), ("w4a16", "w4a16"), ("w8a8", "w8a8"), ("int4", "int4"),
+    ("int8", "int8"), ("bnb-4bit", "bnb-4bit"), ("mxfp4", "mxfp4"), ("nvfp4", "nvfp4"),
+)
+_GGUF_TYPE = re.compile(r"(?:^|[-_.:])(" + "|".join(sorted(GGUF_BITS, key=len, reverse=True)) + r")(?=$|[-_.:])")
+# Words at the end of a model name that do not change its architecture (instruction tuning, packaging).
+_TRAILING = re.compile(r"(?:[-_.](?:instruct|it|chat|hf|gguf|dynamic|" +
+                       "|".join(q for q, _ in _NAME_QUANT) + r"|" + "|".join(GGUF_BITS) + r"))+$")
+# The engines' quantization flag values -> weight type.
+_FLAG_QUANT = {
+    "awq": "awq", "awq_marlin": "awq", "gptq": "gptq", "gptq_marlin": "gptq", "marlin": "gptq", "exl2": "int4",
+    "fp8": "fp8", "fbgemm_fp8": "fp8", "modelopt": "fp8", "eetq": "int8", "bitsandbytes": "bitsandbytes-8bit",
+    "bitsandbytes-nf4": "bnb-4bit", "bitsandbytes-fp4": "bnb-4bit", "mxfp4": "mxfp4", "compressed-tensors": None,
+    "gguf": None, "modelopt_fp4": "nvfp4",
+}
+TP_CHOICES = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class ServingSizing:
+    """The memory per vGPU the serving command needs, the text that decided it, and its breakdown."""
+
+    memory_mib: int
+    source: str
+    container: str
+    explanation: JsonObject
+
+
+def model_key(name: str) -> str:
+    """How a model name is matched: the last path part, lowercased, without packaging and quantization suffixes."""
+    base = name.strip().rstrip("/").rsplit("/", 1)[-1].lower()
+    base = base.split(":", 1)[0]
+    if base.endswith(".gguf"):
+        base = base[:-5]
+    previous = None
+    while previous != base:
+        previous, base = base, _TRAILING.sub("", base)
+    return base
+
+
+def weight_type_of(command: ServingCommand, model_name: str) -> str | None:
+    """The weight type the server loads: the quantization flag, else the name's suffix, else --dtype."""
+    if command.quantization:
+        mapped = _FLAG_QUANT.get(command.quantization, command.quantization)
+        if mapped in DTYPE_BYTES:
+            return mapped
+    lowered = model_name.lower()
+    if command.engine == LLAMA_CPP or ".gguf" in lowered or "gguf" in lowered:
+        found = _GGUF_TYPE.search(lowered.rsplit("/", 1)[-1])
+        if found:
+            return "gguf:" + found[1]
+    for suffix, weight_type in _NAME_QUANT:
+        if re.search(rf"[-_.]{re.escape(suffix)}(?=$|[-_.])", lowered):
+            return weight_type
+    if command.dtype and command.dtype in DTYPE_BYTES and command.dtype != "auto":
+        return command.dtype
+    return None
+
+
+def _gpu_count(container: Container) -> int | None:
+    """A whole GPU count asked for (limits first); None for a fraction or an unreadable value."""
+    for part in ("limits", "requests"):
+        value = resource_map(container, part).get(GPU_RESOURCE)
+        if value is None:
+            continue
+        try:
+            count = Decimal(str(value).strip())
+        except InvalidOperation:
+            return None
+        return int(count) if count == count.to_integral_value() and count >= 1 else None
+    return None
+
+
+def serving_size(*, containers: list[Container], language_models: dict[str, LanguageModelSpec],
+                 card: GpuModelSpec | None, sequences: int, warnings: list[str]) -> ServingSizing | None:
+    """The size from the first GPU container's inference server; None when no container runs one we read."""
+    for container in containers:
+        if container.init:
+            continue  # init containers download or check; they serve nothing
+        command = serving_command_read(container.body)
+        if command is None:
+            continue
+        gpus = _gpu_count(container)
+        if gpus is None:
+            return None
+        return _size(container, command, gpus, language_models, card, sequences, warnings)
+    return None
+
+
+def _size(container: Container, command: ServingCommand, gpus: int, language_models: dict[str, LanguageModelSpec],
+          card: GpuModelSpec | None, sequences: int, warnings: list[str]) -> ServingSizing | None:
+    who = f"container {container.name!r}"
+    if command.unreadable:
+        warnings.append(f"{who}: could not read {', '.join(command.unreadable)} on the {command.engine} command line; "
+                        "the engine's default was assumed")
+    if not command.model:
+        warnings.append(f"{who}: runs {command.engine} but names no model the webhook can read; "
+                        "sized by the namespace default")
+        return None
+    parallel = command.parallel
+    field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
+    if parallel > gpus:
+        raise Denial(field, (
+            f"{who} runs {command.engine} over {parallel} GPUs (tensor parallel {command.tensor_parallel or 1} x "
+            f"pipeline parallel {command.pipeline_parallel or 1}) but asks for {gpus} {GPU_RESOURCE}: the server "
+            f"sees only the vGPUs it is given and would fail at start; ask for {GPU_RESOURCE}: {parallel}, or lower "
+            "the parallel size"))
+    if parallel < gpus:
+        warnings.append(f"{who} asks for {gpus} GPUs but {command.engine} uses {parallel} "
+                        f"(--tensor-parallel-size x pipeline); each vGPU is sized for the {parallel}-way split")
+    model = language_models.get(model_key(command.model))
+    weight_type = weight_type_of(command, command.model)
+    knobs = Knobs(engine=command.engine, tp=command.tensor_parallel or 1, pp=command.pipeline_parallel or 1,
+                  max_model_len=command.max_model_len, memory_fraction=command.memory_fraction,
+                  kv_cache_memory_bytes=command.kv_cache_memory_bytes, weight_type=weight_type,
+                  kv_cache_dtype=command.kv_cache_dtype, max_num_seqs=command.max_num_seqs,
+                  max_num_batched_tokens=command.max_num_batched_tokens, sequences=sequences)
+    served = f"{command.engine} serving {command.model}"
+    if model is not None:
+        need = catalog_need(model, knobs)
+        how = f"catalog {model.name}"
+    else:
+        size = size_from_name(command.model)
+        if size is None:
+            warnings.append(f"{who}: {served}: the model is not in the catalog and its name states no size; "
+                            "sized by the namespace default (add it to the model catalog, /api/v1/models/)")
+            return None
+        per_param = weight_bytes_per_param(weight_type, "bf16")
+        need = fallback_need(size[0], parallel=parallel, bytes_per_param=per_param,
+                             weight_type=weight_type or "bf16", fraction=knobs.memory_fraction or 0.9)
+        how = f"not in the catalog; estimated from {size[1].upper()} in its name"
+        warnings.append(f"{who}: {served} is not in the model catalog: sized from the {size[1].upper()} in its name "
+                        "with a conservative estimate; add the model to the catalog (/api/v1/models/) for a "
+                        "grant that follows its architecture and context")
+    if card is not None and need.per_card_mib > card.memory_mib:
+        raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel))
+    source = f"serving command: {served} ({how})"
+    warnings.append(f"{who}: {served} ({how}, {parallel} GPU(s)): {need.breakdown()}")
+    if model is not None and need.context_dominates:
+        warnings.append(_long_context_note(who, model, knobs, need))
+    explanation = _explanation(command, model, need, how)
+    return ServingSizing(need.per_card_mib, source, container.name, explanation)
+
+
+def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, model: LanguageModelSpec | None,
+             knobs: Knobs, parallel: int) -> str:
+    text = (f"{who}: {served} ({how}) needs {need.per_card_mib:,} MiB per card to start ({need.breakdown()}), "
+            f"more than one {card.name} has ({card.memory_mib:,} MiB)")
+    fixes = []
+    for tp in TP_CHOICES:
+        if tp <= knobs.tp:
+            continue
+        if model is not None:
+            wider = catalog_need(model, _knobs_tp(knobs, tp)).per_card_mib
+        else:
+            weights_gb = need.weights_mib * parallel * 2**20 / 1e9
+            wider = fallback_need(weights_gb, parallel=tp * knobs.pp, bytes_per_param=1.0,
+                                  weight_type=need.weight_type, fraction=need.fraction).per_card_mib
+        if wider <= card.memory_mib:
+            fixes.append(f"tensor parallel over {tp * knobs.pp} GPUs fits ({wider:,} MiB per card): "
+                         f"--tensor-parallel-size {tp} and {GPU_RESOURCE}: {tp * knobs.pp}")
+            break
+    if model is not None and not knobs.kv_cache_memory_bytes:
+        context = largest_context_fitting(model, knobs, card.memory_mib)
+        if context is not None:
+            fixes.append(f"--max-model-len {context} fits on {parallel} GPU(s)")
+    if not fixes:
+        fixes.append("a quantized checkpoint (AWQ, GPTQ, FP8) or more GPUs")
+    return text + "; " + " or ".join(fixes)
+
+
+def _knobs_tp(knobs: Knobs, tp: int) -> Knobs:
+    return Knobs(knobs.engine, tp, knobs.pp, knobs.max_model_len, knobs.memory_fraction, knobs.kv_cache_memory_bytes,
+                 knobs.weight_type, knobs.kv_cache_dtype, knobs.max_num_seqs, knobs.max_num_batched_tokens,
+                 knobs.sequences)
+
+
+def _long_context_note(who: str, model: LanguageModelSpec, knobs: Knobs, need: Need) -> str:
+    shorter = catalog_need(model, Knobs(knobs.engine, knobs.tp, knobs.pp, 8192, knobs.memory_fraction, None,
+                                        knobs.weight_type, knobs.kv_cache_dtype, knobs.max_num_seqs,
+                                        knobs.max_num_batched_tokens, knobs.sequences))
+    return (f"{who}: the context dominates this grant: the KV cache for {need.kv_tokens:,} tokens "
+            f"({need.kv_mib:,.0f} MiB per card) is more than the weights ({need.weights_mib:,.0f} MiB); "
+            f"set --max-model-len to what requests need (8192 would need {shorter.per_card_mib:,} MiB per card)")
+
+
+def _explanation(command: ServingCommand, model: LanguageModelSpec | None, need: Need, how: str) -> JsonObject:
+    return {
+        "engine": command.engine,
+        "model": command.model,
+        "matched": model.name if model is not None else None,
+        "method": how,
+        "parallel": need.parallel,
+        "weight_type": need.weight_type,
+        "weights_mib": round(need.weights_mib),
+        "kv_cache_mib": round(need.kv_mib),
+        "kv_tokens": need.kv_tokens,
+        "activation_mib": round(need.activation_mib),
+        "overhead_mib": round(need.overhead_mib),
+        "memory_fraction": need.fraction,
+        "per_card_mib": need.per_card_mib,
+        "source_url": model.source_url if model is not None else None,
+    }

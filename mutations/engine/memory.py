@@ -1,0 +1,250 @@
+"""How much GPU memory per card an inference server needs to start, the way the server budgets it.
+
+Pure arithmetic on a catalog entry (LanguageModelSpec) and the serving command's knobs: weights over
+tensor x pipeline parallelism, the KV cache of at least one full sequence (KV heads split by tensor
+parallelism, never below one), the activation peak and runtime overhead, over the memory fraction
+the server uses. Each number and its source: docs/sizing.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+MIB = 2**20
+GRANT_STEP_MIB = 256  # grants are rounded up to this
+
+# Bytes per parameter of a weight type: 16-bit 2, 8-bit 1, 4-bit 0.5 (quantized checkpoints keep their
+# embeddings and LM head in 16 bits: weights_bytes). MXFP4: experts in 4.25 bits, attention in bf16 (gpt-oss-20b's
+# checkpoint is 13.8 GB for 20.9B parameters: 0.58 a parameter besides the embeddings).
+DTYPE_BYTES = {
+    "fp32": 4.0, "float32": 4.0, "float": 4.0,
+    "fp16": 2.0, "float16": 2.0, "half": 2.0, "bf16": 2.0, "bfloat16": 2.0, "auto": 2.0,
+    "fp8": 1.0, "int8": 1.0, "w8a8": 1.0, "gptq-int8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "eetq": 1.0,
+    "bitsandbytes-8bit": 1.0, "compressed-tensors-8bit": 1.0,
+    "int4": 0.5, "fp4": 0.5, "nvfp4": 0.5625, "awq": 0.5, "awq_marlin": 0.5, "gptq": 0.5, "gptq_marlin": 0.5,
+    "gptq-int4": 0.5, "w4a16": 0.5, "bitsandbytes": 0.5, "bitsandbytes-nf4": 0.5, "bnb-4bit": 0.5,
+    "mxfp4": 0.58, "marlin": 0.5,
+}
+# GGUF file types, bits per weight (ggml's type traits; _M and _S mix in larger types for some tensors).
+GGUF_BITS = {
+    "f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q6_k": 6.5625, "q5_k_m": 5.7, "q5_k_s": 5.55,
+    "q5_0": 5.5, "q5_1": 6.0, "q4_k_m": 4.9, "q4_k_s": 4.6, "q4_0": 4.5, "q4_1": 5.0, "iq4_xs": 4.25,
+    "iq4_nl": 4.5, "q3_k_l": 4.3, "q3_k_m": 3.9, "q3_k_s": 3.5, "iq3_m": 3.7, "iq3_xxs": 3.06, "q2_k": 3.35,
+    "iq2_m": 2.7, "iq2_xs": 2.31,
+}
+KV_DTYPE_BYTES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_ds_mla": 1, "q8_0": 1,
+                  "f16": 2, "fp16": 2, "bf16": 2, "bfloat16": 2, "float16": 2, "q4_0": 0.5625, "f32": 4}
+
+# vLLM: gpu_memory_utilization 0.9 (0.92 in recent releases: 0.9 grants the larger slice and so suits both);
+# SGLang's mem_fraction_static for small cards; TGI and llama.cpp take what they need (1.0).
+ENGINE_FRACTION = {"vllm": 0.9, "kserve-huggingface": 0.9, "sglang": 0.88, "tgi": 1.0, "llama.cpp": 1.0}
+# vLLM's batch defaults depend on the memory the card reports (vllm/engine/arg_utils.py): on 70 GiB or more,
+# 8192 batched tokens and 1024 sequences, else 2048 and 256. Under HAMi-core the card is the slice.
+LARGE_CARD_MIB = 70 * 1024
+BATCH_SMALL, BATCH_LARGE = (2048, 256), (8192, 1024)
+# The activation peak of one forward pass over the batched tokens, as bytes per token per hidden unit:
+# residual, norms, attention and the MLP's gate/up in 16 bits (about 16 for Llama-like MLP widths 3.5x).
+ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 16
+LOGITS_BYTES = 4  # the sampler's float32 logits: one row of the vocabulary per sequence
+# CUDA context, cuBLAS workspaces, the allocator's fragmentation and CUDA graphs; NCCL buffers when sharded.
+RUNTIME_OVERHEAD_MIB = 1024
+SHARDED_OVERHEAD_MIB = 512
+# llama.cpp's server context when -c is not given.
+LLAMA_CPP_DEFAULT_CONTEXT = 4096
+# The fallback for a model not in the catalog (GPUStack's estimate_model_vram): weights x 1.2 + 2 GiB.
+FALLBACK_FACTOR, FALLBACK_MIB = 1.2, 2048
+
+_SIZE_IN_NAME = re.compile(
+    r"(?<![0-9a-z.])(?:(?P<experts>[0-9]{1,3})x)?(?P<size>[0-9]{1,4}(?:\.[0-9]{1,3})?)(?P<unit>[bm])(?![a-z0-9])"
+)
+
+
+@dataclass(frozen=True)
+class LanguageModelSpec:
+    """A catalog entry: the architecture numbers a model's memory depends on, from its config.json."""
+
+    name: str
+    params_b: float
+    layers: int
+    kv_heads: int
+    head_dim: int
+    hidden_size: int
+    vocab_size: int
+    max_context: int
+    dtype: str = "bf16"
+    tied_embeddings: bool = False
+    active_params_b: float | None = None
+    sliding_window: int | None = None
+    sliding_window_layers: int = 0
+    identifiers: tuple[str, ...] = ()
+    source_url: str = ""
+
+
+@dataclass(frozen=True)
+class Need:
+    """Memory per card and how it adds up; every figure in MiB (rounded up to GRANT_STEP_MIB in per_card_mib)."""
+
+    per_card_mib: int
+    weights_mib: float
+    kv_mib: float
+    kv_tokens: int
+    activation_mib: float
+    overhead_mib: float
+    fraction: float
+    parallel: int
+    method: str  # "catalog" or "estimate from the name"
+    weight_type: str
+
+    def breakdown(self) -> str:
+        """One line a user reads: weights + KV for N tokens + activations + overhead, / fraction = grant."""
+        if self.method != "catalog":
+            return (f"{self.weight_type} weights {self.weights_mib:,.0f} MiB per card x {FALLBACK_FACTOR} + "
+                    f"{FALLBACK_MIB} MiB, / {self.fraction:g} = {self.per_card_mib:,} MiB per card")
+        return (f"weights {self.weights_mib:,.0f} MiB ({self.weight_type}) + KV cache {self.kv_mib:,.0f} MiB "
+                f"({self.kv_tokens:,} tokens) + activations {self.activation_mib:,.0f} MiB + overhead "
+                f"{self.overhead_mib:,.0f} MiB, / {self.fraction:g} = {self.per_card_mib:,} MiB per card")
+
+    @property
+    def context_dominates(self) -> bool:
+        return self.kv_mib > self.weights_mib
+
+
+def round_up_mib(value: float) -> int:
+    return int(math.ceil(value / GRANT_STEP_MIB) * GRANT_STEP_MIB)
+
+
+def weights_bytes(model: LanguageModelSpec, bytes_per_param: float) -> float:
+    """The whole model's weights; a quantized checkpoint keeps its embeddings (and untied LM head) in 16 bits."""
+    total = model.params_b * 1e9
+    if bytes_per_param >= 2:
+        return total * bytes_per_param
+    embeddings = model.vocab_size * model.hidden_size * (1 if model.tied_embeddings else 2)
+    return (total - embeddings) * bytes_per_param + embeddings * 2
+
+
+def kv_bytes_per_token(model: LanguageModelSpec, *, tp: int, pp: int, kv_bytes: float) -> float:
+    """2 (K and V) x layers on this card x KV heads on this card x head_dim x bytes (heads split by TP, at least 1)."""
+    heads = max(1, model.kv_heads // tp)
+    return 2 * (model.layers / pp) * heads * model.head_dim * kv_bytes
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What the serving command sets (None: the engine's default)."""
+
+    engine: str = "vllm"
+    tp: int = 1
+    pp: int = 1
+    max_model_len: int | None = None
+    memory_fraction: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    weight_type: str | None = None  # a DTYPE_BYTES key, or "gguf:<type>"
+    kv_cache_dtype: str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    sequences: int = 1  # full-length sequences the KV cache must hold (the concurrency allowance)
+
+
+def weight_bytes_per_param(weight_type: str | None, native: str) -> float:
+    if weight_type and weight_type.startswith("gguf:"):
+        return GGUF_BITS.get(weight_type[5:], 16.0) / 8
+    return DTYPE_BYTES.get(weight_type or native, DTYPE_BYTES.get(native, 2.0))
+
+
+def context_of(model: LanguageModelSpec, knobs: Knobs) -> int:
+    """The sequence length the server is set up for: the flag, else the model's (llama.cpp: 4096)."""
+    if knobs.max_model_len:
+        return knobs.max_model_len
+    return LLAMA_CPP_DEFAULT_CONTEXT if knobs.engine == "llama.cpp" else model.max_context
+
+
+def catalog_need(model: LanguageModelSpec, knobs: Knobs) -> Need:
+    """What one card needs to start the server for this model with these knobs."""
+    tp, pp = max(1, knobs.tp), max(1, knobs.pp)
+    weight_type = knobs.weight_type or model.dtype
+    weights = weights_bytes(model, weight_bytes_per_param(knobs.weight_type, model.dtype)) / (tp * pp)
+    # KV dtype "auto" is the activations' type: 16 bits, whatever the weights are quantized to.
+    kv_element = KV_DTYPE_BYTES.get(knobs.kv_cache_dtype or "auto") or (4 if model.dtype == "fp32" else 2)
+    context = context_of(model, knobs)
+    tokens = context * max(1, knobs.sequences)
+    if knobs.kv_cache_memory_bytes:
+        kv = float(knobs.kv_cache_memory_bytes)
+    else:
+        kv = _kv_bytes(model, tokens=tokens, context=context, tp=tp, pp=pp, kv_bytes=kv_element,
+                       batched=knobs.max_num_batched_tokens or BATCH_SMALL[0])
+    fraction = knobs.memory_fraction or ENGINE_FRACTION.get(knobs.engine, 0.9)
+    if knobs.kv_cache_memory_bytes:
+        fraction = 1.0  # vLLM: a fixed KV pool ignores gpu_memory_utilization
+    overhead = (RUNTIME_OVERHEAD_MIB + (SHARDED_OVERHEAD_MIB if tp * pp > 1 else 0)) * MIB
+    need = None
+    for batched, seqs in (BATCH_SMALL, BATCH_LARGE):
+        batched = knobs.max_num_batched_tokens or batched
+        seqs = knobs.max_num_seqs or seqs
+        activation = (batched * model.hidden_size * ACTIVATION_BYTES_PER_TOKEN_HIDDEN
+                      + seqs * model.vocab_size * LOGITS_BYTES)
+        total = (weights + kv + activation + overhead) / fraction
+        need = Need(round_up_mib(total / MIB), weights / MIB, kv / MIB, tokens, activation / MIB, overhead / MIB,
+                    fraction, tp * pp, "catalog", weight_type)
+        # A slice of 70 GiB or more makes vLLM batch more (arg_utils.py), which needs more: size for that.
+        if knobs.engine not in ("vllm", "kserve-huggingface") or need.per_card_mib < LARGE_CARD_MIB:
+            break
+    assert need is not None
+    return need
+
+
+def _kv_bytes(model: LanguageModelSpec, *, tokens: int, context: int, tp: int, pp: int, kv_bytes: float,
+              batched: int) -> float:
+    per_token = kv_bytes_per_token(model, tp=tp, pp=pp, kv_bytes=kv_bytes)
+    windowed = min(model.sliding_window_layers, model.layers) if model.sliding_window else 0
+    if not windowed:
+        return per_token * tokens
+    # Sliding-window layers keep at most the window (plus a step of batched tokens) per sequence.
+    window = min(context, (model.sliding_window or 0) + batched)
+    full_share = (model.layers - windowed) / model.layers
+    sequences = tokens // context if context else 1
+    return per_token * (full_share * tokens + (1 - full_share) * window * sequences)
+
+
+def size_from_name(name: str) -> tuple[float, str] | None:
+    """Billions of parameters a model's name states (7B, 0.5B, 8x7B as 56, 30B-A3B as 30), and the text read."""
+    lowered = name.lower()
+    best: tuple[float, str] | None = None
+    for match in _SIZE_IN_NAME.finditer(lowered):
+        size = float(match["size"]) * (0.001 if match["unit"] == "m" else 1.0)
+        if match["experts"]:
+            size *= int(match["experts"])  # every expert's weights are held (more than shared layers need)
+        if 0 < size <= 10_000 and (best is None or size > best[0]):
+            best = (size, match[0])
+    return best
+
+
+def fallback_need(size_b: float, *, parallel: int, bytes_per_param: float, weight_type: str,
+                  fraction: float = 0.9) -> Need:
+    """A model of unknown architecture: GPUStack's weights x 1.2 + 2 GiB, weights split over the cards."""
+    parallel = max(1, parallel)
+    weights_mib = size_b * 1e9 * bytes_per_param / MIB / parallel
+    total = (weights_mib * FALLBACK_FACTOR + FALLBACK_MIB) / fraction
+    return Need(round_up_mib(total), weights_mib, 0.0, 0, 0.0, weights_mib * (FALLBACK_FACTOR - 1) + FALLBACK_MIB,
+                fraction, parallel, "estimate from the name", weight_type)
+
+
+def largest_context_fitting(model: LanguageModelSpec, knobs: Knobs, card_mib: int) -> int | None:
+    """The longest max-model-len (a multiple of 1024, at least 1024) whose need fits the card; None if none does."""
+    low, high = 1, max(1, context_of(model, knobs) // 1024)
+    if catalog_need(model, _with_context(knobs, 1024)).per_card_mib > card_mib:
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        if catalog_need(model, _with_context(knobs, middle * 1024)).per_card_mib <= card_mib:
+            low = middle
+        else:
+            high = middle - 1
+    return low * 1024
+
+
+def _with_context(knobs: Knobs, context: int) -> Knobs:
+    return Knobs(knobs.engine, knobs.tp, knobs.pp, context, knobs.memory_fraction, knobs.kv_cache_memory_bytes,
+                 knobs.weight_type, knobs.kv_cache_dtype, knobs.max_num_seqs, knobs.max_num_batched_tokens,
+                 knobs.sequences)

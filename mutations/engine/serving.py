@@ -1,0 +1,277 @@
+"""Reading an inference server's command line: which engine, which model, and the knobs its memory depends on.
+
+Pure parsing of a container's `command`, `args` (also inside `sh -c "..."`) and `env`, for vLLM,
+SGLang, Text Generation Inference, llama.cpp's server and KServe's Hugging Face runtime. It runs
+once per GPU Pod on the admission path, so it only splits strings: no regex over the whole Pod,
+no I/O. What the flags mean and where they come from: docs/sizing.md.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from .specs import JsonObject
+
+VLLM, SGLANG, TGI, LLAMA_CPP, KSERVE = "vllm", "sglang", "tgi", "llama.cpp", "kserve-huggingface"
+
+# Shells whose `-c` script is read as the command line.
+_SHELLS = {"sh", "bash", "dash", "ash", "zsh"}
+# Words that may stand before the server in a script or command: wrappers that run what follows.
+_WRAPPERS = {"exec", "env", "nohup", "time", "tini", "--", "dumb-init", "uv", "run"}
+_PYTHON = re.compile(r"^python[0-9.]*$")
+# Long command lines are cut: a server's flags fit in far less.
+MAX_COMMAND_CHARS = 16384
+# Kubernetes expands $(NAME) in command and args from the container's env; shells expand $NAME, ${NAME}.
+_KUBE_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclass(frozen=True)
+class ServingCommand:
+    """What a container's command line says about the model it serves; None where it says nothing."""
+
+    engine: str
+    model: str | None = None
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    max_model_len: int | None = None
+    memory_fraction: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    dtype: str | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    # Flags whose value could not be read, as "--flag=value": reported, never guessed at.
+    unreadable: tuple[str, ...] = ()
+
+    @property
+    def parallel(self) -> int:
+        """GPUs one replica of the server spans: tensor x pipeline parallel."""
+        return (self.tensor_parallel or 1) * (self.pipeline_parallel or 1)
+
+
+# Flag name (dashes, no leading --) -> field, per engine. vLLM and SGLang accept _ for - as well.
+_VLLM_FLAGS = {
+    "model": "model", "tensor-parallel-size": "tensor_parallel", "tp": "tensor_parallel",
+    "tp-size": "tensor_parallel",
+    "pipeline-parallel-size": "pipeline_parallel", "pp": "pipeline_parallel",
+    "max-model-len": "max_model_len", "gpu-memory-utilization": "memory_fraction",
+    "kv-cache-memory-bytes": "kv_cache_memory_bytes", "kv-cache-memory": "kv_cache_memory_bytes",
+    "dtype": "dtype", "quantization": "quantization", "q": "quantization",
+    "kv-cache-dtype": "kv_cache_dtype", "max-num-seqs": "max_num_seqs",
+    "max-num-batched-tokens": "max_num_batched_tokens",
+}
+_SGLANG_FLAGS = {
+    "model-path": "model", "model": "model", "tp": "tensor_parallel", "tp-size": "tensor_parallel",
+    "tensor-parallel-size": "tensor_parallel", "pp-size": "pipeline_parallel",
+    "pipeline-parallel-size": "pipeline_parallel", "context-length": "max_model_len",
+    "mem-fraction-static": "memory_fraction", "dtype": "dtype", "quantization": "quantization",
+    "kv-cache-dtype": "kv_cache_dtype", "max-running-requests": "max_num_seqs",
+    "chunked-prefill-size": "max_num_batched_tokens",
+}
+_TGI_FLAGS = {
+    "model-id": "model", "num-shard": "tensor_parallel", "max-total-tokens": "max_model_len",
+    "quantize": "quantization", "dtype": "dtype", "cuda-memory-fraction": "memory_fraction",
+    "max-concurrent-requests": "max_num_seqs", "max-batch-prefill-tokens": "max_num_batched_tokens",
+    "kv-cache-dtype": "kv_cache_dtype",
+}
+_TGI_ENV = {
+    "MODEL_ID": "model", "NUM_SHARD": "tensor_parallel", "MAX_TOTAL_TOKENS": "max_model_len",
+    "QUANTIZE": "quantization", "DTYPE": "dtype", "CUDA_MEMORY_FRACTION": "memory_fraction",
+    "MAX_CONCURRENT_REQUESTS": "max_num_seqs", "MAX_BATCH_PREFILL_TOKENS": "max_num_batched_tokens",
+    "KV_CACHE_DTYPE": "kv_cache_dtype",
+}
+_LLAMA_FLAGS = {
+    "m": "model", "model": "model", "hf-repo": "model", "hf": "model", "hfr": "model",
+    "c": "max_model_len", "ctx-size": "max_model_len", "ctk": "kv_cache_dtype", "cache-type-k": "kv_cache_dtype",
+    "np": "max_num_seqs", "parallel": "max_num_seqs", "ub": "max_num_batched_tokens",
+    "ubatch-size": "max_num_batched_tokens",
+}
+_LLAMA_ENV = {"LLAMA_ARG_MODEL": "model", "LLAMA_ARG_HF_REPO": "model", "LLAMA_ARG_CTX_SIZE": "max_model_len",
+              "LLAMA_ARG_N_PARALLEL": "max_num_seqs", "LLAMA_ARG_CACHE_TYPE_K": "kv_cache_dtype"}
+_KSERVE_FLAGS = {**_VLLM_FLAGS, "model-id": "model", "model-dir": "model"}
+_FLAGS = {VLLM: _VLLM_FLAGS, SGLANG: _SGLANG_FLAGS, TGI: _TGI_FLAGS, LLAMA_CPP: _LLAMA_FLAGS, KSERVE: _KSERVE_FLAGS}
+_ENV = {TGI: _TGI_ENV, LLAMA_CPP: _LLAMA_ENV, KSERVE: {"MODEL_ID": "model"}, VLLM: {}, SGLANG: {}}
+# Flags that take no value (so the next word is not theirs): only those that sit before a model name matter.
+_SWITCHES = {"trust-remote-code", "enforce-eager", "enable-prefix-caching", "no-enable-prefix-caching",
+             "disable-log-requests", "enable-chunked-prefill", "disable-log-stats", "enable-auto-tool-choice",
+             "cont-batching", "flash-attn", "fa", "embedding", "embeddings", "jinja", "verbose", "v", "no-webui",
+             "enable-lora", "disable-custom-all-reduce", "sharded", "disable-custom-kernels", "json-output",
+             "enable-reasoning", "async-scheduling", "cpu-offload-gb-auto", "no-mmap", "mlock", "metrics"}
+_INT_FIELDS = {"tensor_parallel", "pipeline_parallel", "max_model_len", "kv_cache_memory_bytes", "max_num_seqs",
+               "max_num_batched_tokens"}
+_FLOAT_FIELDS = {"memory_fraction"}
+_SIZE_SUFFIX = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)(i?[bB]?)\s*$")
+_SIZE_FACTOR = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def serving_command_read(container: JsonObject) -> ServingCommand | None:
+    """The inference server a container runs and its memory flags; None when it runs none this reads."""
+    env = _env_literal(container.get("env"))
+    words = _command_words(container, env)
+    image = str(container.get("image") or "").lower()
+    found = _find_server(words, image)
+    if found is None:
+        return None
+    engine, rest = found
+    values: dict[str, str] = {}
+    env_fields = _ENV[engine]
+    for name, field in env_fields.items():
+        if name in env:
+            values.setdefault(field, env[name])
+    values.update(_flag_values(engine, rest))
+    return _typed(engine, values)
+
+
+def _env_literal(env: object) -> dict[str, str]:
+    """The container's env vars that have a literal value (valueFrom cannot be known at admission)."""
+    found: dict[str, str] = {}
+    if isinstance(env, list):
+        for item in env:
+            if isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("value"), str):
+                found[item["name"]] = item["value"]
+    return found
+
+
+def _command_words(container: JsonObject, env: dict[str, str]) -> list[str]:
+    """command + args as words, $(VAR) expanded as the kubelet does; a shell's -c script split into words."""
+    words: list[str] = []
+    for key in ("command", "args"):
+        value = container.get(key)
+        if isinstance(value, list):
+            words.extend(_KUBE_VAR.sub(lambda m: env.get(m[1], m[0]), item)[:MAX_COMMAND_CHARS]
+                         for item in value if isinstance(item, str))
+    if words and words[0].rsplit("/", 1)[-1] in _SHELLS:
+        script = next((words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("-") and "c" in w), None)
+        if script is not None:
+            script = _SHELL_VAR.sub(lambda m: env.get(m[1] or m[2], m[0]), script)
+            try:
+                words = shlex.split(script, comments=True)
+            except ValueError:  # unbalanced quotes: read it word by word anyway
+                words = script.split()
+    return words
+
+
+def _find_server(words: list[str], image: str) -> tuple[str, list[str]] | None:
+    """(engine, the words after the server's name) for the first server named in the words, else by image."""
+    for index, word in enumerate(words):
+        base = word.rsplit("/", 1)[-1]
+        rest = words[index + 1:]
+        if base == "vllm" and rest[:1] == ["serve"]:
+            return VLLM, rest[1:]
+        if _PYTHON.match(base) or base in ("python", "python3"):
+            module = _python_module(rest)
+            if module is not None:
+                name, after = module
+                if name.startswith("vllm.entrypoints"):
+                    return VLLM, after
+                if name.startswith("sglang.launch_server"):
+                    return SGLANG, after
+                if name == "huggingfaceserver":
+                    return KSERVE, after
+        if base == "sglang" and rest[:1] == ["serve"]:
+            return SGLANG, rest[1:]
+        if base == "text-generation-launcher":
+            return TGI, rest
+        if base in ("llama-server", "llama-cli") or (base == "server" and "llama" in image):
+            return LLAMA_CPP, rest
+    if words and any(w in (";", "&&", "||", "|") for w in words):
+        return None  # a script that starts no known server
+    # Images whose entrypoint is the server: the words are its arguments.
+    if "vllm-openai" in image or image.startswith(("vllm/vllm", "docker.io/vllm/")):
+        return VLLM, words[1:] if words[:1] == ["serve"] else words
+    if "text-generation-inference" in image:
+        return TGI, words
+    if "lmsysorg/sglang" in image and not words:
+        return None
+    if "huggingfaceserver" in image:
+        return KSERVE, words
+    if "llama.cpp" in image and ("server" in image or "-m" in words or "--model" in words):
+        return LLAMA_CPP, words
+    return None
+
+
+def _python_module(words: list[str]) -> tuple[str, list[str]] | None:
+    for index, word in enumerate(words):
+        if word == "-m" and index + 1 < len(words):
+            return words[index + 1], words[index + 2:]
+        if not word.startswith("-"):
+            return None
+    return None
+
+
+def _flag_values(engine: str, words: list[str]) -> dict[str, str]:
+    """Field -> raw value for the flags this engine's memory depends on; the first bare word is the model."""
+    table = _FLAGS[engine]
+    values: dict[str, str] = {}
+    index = 0
+    expect_model = engine in (VLLM, SGLANG)  # `vllm serve NAME`, `sglang serve NAME`
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if word in (";", "&&", "||", "|", "&"):
+            break  # the server's command ends here
+        if not word.startswith("-") or word == "-" or _is_number(word):
+            if expect_model and "model" not in values:
+                values["model"] = word
+            expect_model = False
+            continue
+        name, has_value, value = word.lstrip("-").partition("=")
+        key = name if engine in (TGI, LLAMA_CPP) else name.replace("_", "-")
+        if not has_value:
+            if key in _SWITCHES or index >= len(words) or (words[index].startswith("--") and key not in table):
+                continue
+            value = words[index]
+            index += 1
+        field = table.get(key)
+        if field is not None:
+            values[field] = value
+    return values
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def _typed(engine: str, values: dict[str, str]) -> ServingCommand:
+    typed: dict[str, object] = {}
+    unreadable: list[str] = []
+    for field, raw in values.items():
+        raw = raw.strip()
+        try:
+            if field in _INT_FIELDS:
+                typed[field] = _size_int(raw) if field == "kv_cache_memory_bytes" else int(raw)
+            elif field in _FLOAT_FIELDS:
+                typed[field] = float(raw)
+            else:
+                typed[field] = raw.lower() if field != "model" else raw
+        except ValueError:
+            unreadable.append(f"{field}={raw[:40]}")
+    for field in ("tensor_parallel", "pipeline_parallel", "max_num_seqs", "max_num_batched_tokens"):
+        value = typed.get(field)
+        if isinstance(value, int) and not 1 <= value <= 4096:
+            unreadable.append(f"{field}={value}")
+            del typed[field]
+    fraction = typed.get("memory_fraction")
+    if isinstance(fraction, float) and not 0 < fraction <= 1:
+        unreadable.append(f"memory_fraction={fraction}")
+        del typed["memory_fraction"]
+    context = typed.get("max_model_len")
+    if isinstance(context, int) and context <= 0:
+        del typed["max_model_len"]  # llama.cpp's -c 0: the model's own context
+    return ServingCommand(engine=engine, unreadable=tuple(unreadable), **typed)  # type: ignore[arg-type]
+
+
+def _size_int(raw: str) -> int:
+    """A byte count as vLLM takes it: 8589934592, 8G, 8GiB, 8g."""
+    match = _SIZE_SUFFIX.match(raw)
+    if not match:
+        raise ValueError(raw)
+    return int(float(match[1]) * _SIZE_FACTOR[match[2].lower()])
