@@ -34,6 +34,8 @@ _NAME_QUANT = (
     ("fp8-dynamic", "fp8"), ("fp8", "fp8"), ("w4a16", "w4a16"), ("w8a8", "w8a8"), ("int4", "int4"),
     ("int8", "int8"), ("bnb-4bit", "bnb-4bit"), ("mxfp4", "mxfp4"), ("nvfp4", "nvfp4"),
 )
+_NAME_QUANT_RE = re.compile(r"[-_.](" + "|".join(re.escape(q) for q, _ in _NAME_QUANT) + r")(?=$|[-_.])")
+_NAME_QUANT_TYPE = dict(_NAME_QUANT)
 _GGUF_TYPE = re.compile(r"(?:^|[-_.:])(" + "|".join(sorted(GGUF_BITS, key=len, reverse=True)) + r")(?=$|[-_.:])")
 # Words at the end of a model name that do not change its architecture (instruction tuning, packaging).
 _TRAILING = re.compile(r"(?:[-_.](?:instruct|it|chat|hf|gguf|dynamic|" +
@@ -81,9 +83,9 @@ def weight_type_of(command: ServingCommand, model_name: str) -> str | None:
         found = _GGUF_TYPE.search(lowered.rsplit("/", 1)[-1])
         if found:
             return "gguf:" + found[1]
-    for suffix, weight_type in _NAME_QUANT:
-        if re.search(rf"[-_.]{re.escape(suffix)}(?=$|[-_.])", lowered):
-            return weight_type
+    found = _NAME_QUANT_RE.search(lowered)
+    if found:
+        return _NAME_QUANT_TYPE[found[1]]
     if command.dtype and command.dtype in DTYPE_BYTES and command.dtype != "auto":
         return command.dtype
     return None

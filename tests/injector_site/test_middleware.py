@@ -62,7 +62,7 @@ def test_mutate_is_counted_by_its_own_metrics_not_the_generic_view_metrics(clien
     text = client.get("/metrics").content.decode()
     assert 'view="healthz"' in text
     assert 'view="mutate"' not in text
-    assert 'volcano_injector_admissions_total{decision="mutated",size_source="default"}' in text
+    assert 'volcano_injector_admissions_total{decision="mutated",size_source="model-catalog"}' in text
 
 
 # --- Content-Security-Policy (injector_site/csp.py) ----------------------------------------------------

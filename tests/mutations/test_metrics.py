@@ -159,7 +159,7 @@ def test_denials_are_counted_by_the_field_at_fault(counted):
 def test_metrics_page_shows_the_new_labels(client, post_review):
     post_review(pods.review(pods.vllm_deployment_pod()))
     text = client.get("/metrics").content.decode()
-    assert 'volcano_injector_admissions_total{decision="mutated",size_source="default"}' in text
+    assert 'volcano_injector_admissions_total{decision="mutated",size_source="model-catalog"}' in text
     assert 'volcano_injector_vgpu_memory_granted_bytes_total{namespace="team-a",preset="default"}' in text
 
 

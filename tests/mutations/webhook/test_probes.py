@@ -19,7 +19,7 @@ def test_metrics_count_admissions_by_decision(client, post_review):
 
     post_review(pods.review(pods.vllm_deployment_pod()))
     text = client.get("/metrics").content.decode()
-    assert 'volcano_injector_admissions_total{decision="mutated",size_source="default"}' in text
+    assert 'volcano_injector_admissions_total{decision="mutated",size_source="model-catalog"}' in text
     assert "volcano_injector_admission_duration_seconds_bucket" in text
 
 
