@@ -111,14 +111,66 @@ def serving_size(*, containers: list[Container], language_models: dict[str, Lang
     for container in containers:
         if container.init:
             continue  # init containers download or check; they serve nothing
-        command = serving_command_read(container.body)
-        if command is None:
+        key = _memo_key(container, card, sequences)
+        remembered = _MEMO.get(key) if key is not None else None
+        if remembered is not None and remembered[0] is language_models:
+            _, sizing, earlier, said = remembered
+            warnings.extend(said)
+            if earlier is not None:
+                raise Denial(earlier.field, earlier.message)
+            if sizing is _NOT_A_SERVER:
+                continue
+            return sizing if isinstance(sizing, ServingSizing) else None
+        found, denial, notes = _size_container(container, language_models, card, sequences)
+        if key is not None:
+            if len(_MEMO) >= MEMO_ENTRIES:
+                _MEMO.clear()
+            _MEMO[key] = (language_models, found, denial, tuple(notes))
+        warnings.extend(notes)
+        if denial is not None:
+            raise denial
+        if found is _NOT_A_SERVER:
             continue
-        gpus = _gpu_count(container)
-        if gpus is None:
-            return None
-        return _size(container, command, gpus, language_models, card, sequences, warnings)
+        return found if isinstance(found, ServingSizing) else None
     return None
+
+
+# The replicas of a Deployment share one template: the same container, the same answer. Remembered per
+# container (what the parser reads of it), GPU count, card and sequences, for the catalog object it was
+# computed with; a new catalog (any configuration change) misses. Bounded; cleared when full.
+MEMO_ENTRIES = 1024
+_NOT_A_SERVER = object()
+_MEMO: dict[tuple[object, ...], tuple[object, object, Denial | None, tuple[str, ...]]] = {}
+
+
+def _memo_key(container: Container, card: GpuModelSpec | None, sequences: int) -> tuple[object, ...] | None:
+    body = container.body
+    try:
+        env = body.get("env")
+        env_key = tuple((e.get("name"), e.get("value")) for e in env if isinstance(e, dict)) if env else ()
+        command, args = body.get("command"), body.get("args")
+        key = (container.path, container.name, body.get("image"), tuple(command) if command else (),
+               tuple(args) if args else (), env_key, _gpu_count(container), card, sequences)
+        hash(key)
+    except (TypeError, AttributeError):  # a value of another shape where a string belongs: not remembered
+        return None
+    return key
+
+
+def _size_container(container: Container, language_models: dict[str, LanguageModelSpec], card: GpuModelSpec | None,
+                    sequences: int) -> tuple[object, Denial | None, list[str]]:
+    """(ServingSizing, None when the server's model is not sized, or _NOT_A_SERVER; the denial; the warnings)."""
+    said: list[str] = []
+    command = serving_command_read(container.body)
+    if command is None:
+        return _NOT_A_SERVER, None, said
+    gpus = _gpu_count(container)
+    if gpus is None:
+        return None, None, said
+    try:
+        return _size(container, command, gpus, language_models, card, sequences, said), None, said
+    except Denial as denial:
+        return None, denial, said
 
 
 def _size(container: Container, command: ServingCommand, gpus: int, language_models: dict[str, LanguageModelSpec],

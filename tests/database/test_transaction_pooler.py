@@ -248,7 +248,7 @@ def test_a_policy_written_through_the_api_reaches_the_webhook_through_the_pooler
         assert conn.execute(f'SELECT version FROM "{VERSIONS}" WHERE id = 1').fetchone()[0] > version_before
     deadline = time.monotonic() + 20
     while True:  # each worker's cache sees the new version within INJECTOR_CONFIG_RECHECK_SECONDS
-        answer = post_review(server.port, pods.review(pods.vllm_deployment_pod(namespace="pooler-ns")))
+        answer = post_review(server.port, pods.review(pods.vllm_deployment_pod(namespace="pooler-ns", model=None)))
         if "12345" in str(_patch(answer)):
             break
         assert time.monotonic() < deadline, f"the new policy never reached the webhook: {_patch(answer)}"

@@ -218,7 +218,7 @@ def drive_admissions(port: int, context: ssl.SSLContext) -> None:
     audit_only_denial = pods.vllm_deployment_pod(namespace="team-b",
                                                  annotations={"volcano-injector.io/preset": "no-such-preset"})
     reviews = [
-        pods.review(pods.vllm_deployment_pod()),  # mutated, sized by the default preset
+        pods.review(pods.vllm_deployment_pod()),  # mutated, sized from its serving command (the model catalog)
         pods.review(pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "llm-14b"})),
         pods.review(pods.vllm_deployment_pod(annotations={"volcano-injector.io/vgpu-memory": "20Gi"})),
         pods.review(pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "no-such-preset"})),

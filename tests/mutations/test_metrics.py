@@ -94,12 +94,15 @@ def test_namespace_label_is_dropped_with_a_cap_of_zero(settings):
 @pytest.mark.django_db
 def test_admissions_are_counted_by_decision_and_size_source(counted):
     default, annotation, preset = counted(
-        pods.review(pods.vllm_deployment_pod()),
+        pods.review(pods.vllm_deployment_pod(model=None)),
         ("volcano_injector_admissions_total", {"decision": "mutated", "size_source": "default"}),
         ("volcano_injector_admissions_total", {"decision": "mutated", "size_source": "annotation"}),
         ("volcano_injector_admissions_total", {"decision": "mutated", "size_source": "preset"}),
     )
     assert (default, annotation, preset) == (1, 0, 0)
+    assert counted(pods.review(pods.vllm_deployment_pod()), ("volcano_injector_admissions_total",
+                                                             {"decision": "mutated",
+                                                              "size_source": "model-catalog"})) == [1]
     annotated = pods.vllm_deployment_pod(annotations={"volcano-injector.io/vgpu-memory": "20Gi"})
     assert counted(pods.review(annotated), ("volcano_injector_admissions_total",
                                             {"decision": "mutated", "size_source": "annotation"})) == [1]
@@ -136,7 +139,7 @@ def test_vgpu_memory_granted_leaves_out_init_containers_as_volcano_does(counted)
 def test_a_dry_run_grants_nothing(counted):
     labels = {"namespace": "team-a", "preset": "default"}
     granted, answered = counted(
-        pods.review(pods.vllm_deployment_pod(), dry_run=True),
+        pods.review(pods.vllm_deployment_pod(model=None), dry_run=True),
         ("volcano_injector_vgpus_granted_total", labels),
         ("volcano_injector_admissions_total", {"decision": "mutated", "size_source": "default"}),
     )

@@ -63,7 +63,8 @@ def get(port: int, path: str, timeout: float = 10) -> tuple[int, bytes]:
 class Poster:
     """One keep-alive connection posting AdmissionReviews, as the API server does."""
 
-    BODIES = [pods.vllm_deployment_pod(), pods.kserve_predictor_pod()]
+    # The default preset sizes both (the failover test recognises the cached configuration by its memory).
+    BODIES = [pods.vllm_deployment_pod(model=None), pods.kserve_predictor_pod()]
 
     def __init__(self, port: int) -> None:
         self.port = port

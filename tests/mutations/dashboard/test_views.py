@@ -239,6 +239,17 @@ def test_detail_shows_the_gpu_request_before_and_after_from_a_real_admission(sta
     assert "/spec/containers/0/resources/limits/volcano.sh~1vgpu-number" in page  # the JSON patch
 
 
+def test_detail_shows_how_the_serving_command_sized_the_grant(staff_client, post_review):
+    pod = pods.vllm_deployment_pod()
+    pod["spec"]["containers"][0]["args"] += ["--max-model-len", "8192"]
+    post_review(pods.review(pod))
+    flush_audit()
+    page = page_of(staff_client.get(f"/dashboard/admissions/{AdmissionAudit.objects.get().id}/"))
+    assert "Sized from the serving command: vllm serving <code>Qwen/Qwen2.5-7B-Instruct</code>" in page
+    assert "KV cache 448 MiB (8192 tokens)" in page and "<strong>18176 MiB per card</strong>" in page
+    assert 'href="https://huggingface.co/Qwen/Qwen2.5-7B-Instruct/blob/main/config.json"' in page
+
+
 def test_detail_of_a_denial_shows_the_reason_and_the_field(staff_client):
     row = audit_row(decision="denied", reason="annotation volcano-injector.io/vgpu-memory: 'lots' is not a quantity",
                     field="metadata.annotations[volcano-injector.io/vgpu-memory]", preset_name="")

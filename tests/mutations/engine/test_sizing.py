@@ -196,3 +196,29 @@ def test_a_grant_never_exceeds_the_card_without_a_denial(model, tp, context, car
         assert int(limits(result)["volcano.sh/vgpu-memory"]) <= CATALOG.gpu_models[card].memory_mib
     else:
         assert result.decision is Decision.DENIED and "more than one" in result.reason
+
+
+def test_a_remembered_answer_is_never_served_for_another_catalog_or_card():
+    pod = server_pod(args=["--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "8192"])
+    first = run(pod)
+    assert run(pod).grants == first.grants and run(pod).warnings == first.warnings  # replicas: the same answer
+    bigger = LanguageModelSpec("Qwen2.5-7B-Instruct", 15.0, 28, 4, 128, 3584, 152064, 32768)
+    other = Catalog(presets=PRESETS, gpu_models=CATALOG.gpu_models, default_preset="default",
+                    language_models={**INDEX, "qwen2.5-7b": bigger})
+    assert run(pod, catalog=other).grants[0].vgpu_memory_mib > first.grants[0].vgpu_memory_mib
+    on_l4 = server_pod(annotations={"volcano-injector.io/gpu-type": "L4"},
+                       args=["--model", "meta-llama/Llama-3.1-8B-Instruct"])
+    for _ in range(2):  # a remembered denial is a denial again, with its message
+        denied = run(on_l4)
+        assert denied.decision is Decision.DENIED and "--max-model-len" in denied.reason
+
+
+@pytest.mark.parametrize("body", [
+    {"args": [["--model"], "x"]}, {"args": "--model x"}, {"command": [{"a": 1}]}, {"env": "MODEL_ID=x"},
+    {"env": [{"name": "MODEL_ID", "value": ["x"]}]}, {"image": ["vllm/vllm-openai"]},
+], ids=["list-in-args", "args-string", "dict-in-command", "env-string", "env-list-value", "image-list"])
+def test_malformed_container_fields_never_break_sizing(body):
+    pod = server_pod(args=["--model", "Qwen/Qwen2.5-7B-Instruct"])
+    pod["spec"]["containers"][0].update(body)
+    result = run(pod)
+    assert result.decision in (Decision.MUTATED, Decision.DENIED)
