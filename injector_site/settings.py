@@ -218,6 +218,9 @@ INJECTOR_AUDIT_SPOOL_DIR = env("INJECTOR_AUDIT_SPOOL_DIR", str(BASE_DIR / "var" 
 # throughput, and longer ones gained nothing measurable (scripts/bench: docs/benchmarks.md).
 INJECTOR_AUDIT_FLUSH_SECONDS = env_float("INJECTOR_AUDIT_FLUSH_SECONDS", 0.25)
 INJECTOR_AUDIT_ADOPT_SECONDS = env_float("INJECTOR_AUDIT_ADOPT_SECONDS", 2.0)
+# How often each audit writer makes sure the audit table's day partitions exist a week ahead
+# (mutations/audit/partitions.py); a row of a day without one goes to the DEFAULT partition.
+INJECTOR_AUDIT_PARTITION_CHECK_SECONDS = env_float("INJECTOR_AUDIT_PARTITION_CHECK_SECONDS", 600.0)
 INJECTOR_AUDIT_RETRY_MAX_SECONDS = env_float("INJECTOR_AUDIT_RETRY_MAX_SECONDS", 2.0)
 INJECTOR_AUDIT_WARN_SECONDS = env_float("INJECTOR_AUDIT_WARN_SECONDS", 10.0)
 INJECTOR_AUDIT_WRITER_AUTOSTART = env_bool("INJECTOR_AUDIT_WRITER_AUTOSTART", True)

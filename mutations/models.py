@@ -39,9 +39,13 @@ class AdmissionAudit(models.Model):
     Rows are written by the audit writer only and never updated or deleted except by retention.
     """
 
+    # The partition key on PostgreSQL: the table is partitioned by UTC day of created_at (migration
+    # 0010, mutations/audit/partitions.py), so retention drops whole days (docs/audit-rollup.md).
     created_at = models.DateTimeField(db_index=False)
-    # The API server's uid for this call identifies the admission: replays never duplicate a row
-    # (the unique constraint in Meta; the writer's INSERT ... ON CONFLICT (request_uid) relies on it).
+    # The API server's uid for this call identifies the admission. A replay (the API server retrying the
+    # same uid, a batch re-sent after a crash) within AUDIT_REPLAY_WINDOW of the first row is not written
+    # again: the writer checks under its lock (mutations/audit/inserters.py). Not a unique index: on a
+    # table partitioned by time, PostgreSQL allows unique indexes only with the partition key in them.
     request_uid = models.CharField(max_length=128)
     operation = models.CharField(max_length=16, default="CREATE")
     namespace = models.CharField(max_length=253, blank=True)
@@ -80,16 +84,10 @@ class AdmissionAudit(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         verbose_name = "admission audit record"
-        constraints = [
-            # A constraint rather than unique=True: the same index, without the extra
-            # varchar_pattern_ops index Django adds for unique CharFields (nothing searches uids
-            # with LIKE, and every index costs each audit row written).
-            models.UniqueConstraint(
-                fields=["request_uid"], name="%(app_label)s_%(class)s_request_uid_unique",
-                violation_error_message="An audit row for this admission (request uid) exists already.",
-            ),
-        ]
         indexes = [
+            # The writer's replay check (request_uid = ANY(batch) AND created_at within the replay
+            # window: one or two partitions) and the admin's search by uid (=request_uid).
+            models.Index(fields=["request_uid"], name="audit_request_uid"),
             # History unfiltered, newest first, keyset pages and time ranges:
             # ORDER BY created_at DESC, id DESC WHERE (created_at, id) < cursor LIMIT n+1.
             # INCLUDE lets the overview's aggregates over a time window (counts per hour and decision,
@@ -123,11 +121,11 @@ class AdmissionAudit(models.Model):
 
 
 class AuditRollup(models.Model):
-    """Audit rows counted per hour, decision, namespace and preset: what the overview reads.
+    """Audit rows counted per UTC hour, decision, namespace and preset: what the overview's hourly windows read.
 
-    Holds every audit row with id <= AuditRollupMark.last_audit_id; the overview adds the rows above
-    the mark from the audit table. Kept by mutations/audit/rollup.py only (refresh, and prune_audit's
-    deletes); never edited by hand.
+    Kept equal to `GROUP BY` over the audit table by the table's own statement triggers, in the
+    transaction of every write (the writer's COPY) and every delete, and by prune_audit when it drops
+    a day's partition (mutations/audit/rollup.py, docs/audit-rollup.md). Never edited by hand.
     """
 
     hour = models.DateTimeField(help_text="Start of the hour (UTC).")
@@ -135,11 +133,13 @@ class AuditRollup(models.Model):
     namespace = models.CharField(max_length=253, blank=True)
     preset_name = models.CharField(max_length=63, blank=True)
     admissions = models.PositiveBigIntegerField(default=0)
-    vgpu_memory_mib = models.PositiveBigIntegerField(default=0, help_text="Total MiB granted by these admissions.")
+    # numeric: a sum of bigint MiB over millions of rows must not overflow
+    vgpu_memory_mib = models.DecimalField(max_digits=38, decimal_places=0, default=0,
+                                          help_text="Total MiB granted by these admissions.")
 
     class Meta:
         constraints = [
-            # The refresh's ON CONFLICT target, and the overview's range scan by hour.
+            # The triggers' ON CONFLICT target, and the overview's range scan by hour.
             models.UniqueConstraint(fields=["hour", "decision", "namespace", "preset_name"], name="audit_rollup_key"),
         ]
 
@@ -147,12 +147,26 @@ class AuditRollup(models.Model):
         return f"{self.hour:%Y-%m-%d %H}h {self.decision} {self.namespace} {self.preset_name}: {self.admissions}"
 
 
-class AuditRollupMark(models.Model):
-    """One row (id 1): the last audit row id counted in AuditRollup, and a version that every change
-    of the rollup (refresh or delete) increments, so a reader can tell it read one consistent state."""
+class AuditRollupDaily(models.Model):
+    """The same counts per UTC day: what the overview's 30- and 90-day windows read (24 times fewer rows)."""
 
-    last_audit_id = models.BigIntegerField(default=0)
-    version = models.BigIntegerField(default=0)
+    day = models.DateTimeField(help_text="Start of the day (UTC).")
+    decision = models.CharField(max_length=16)
+    namespace = models.CharField(max_length=253, blank=True)
+    preset_name = models.CharField(max_length=63, blank=True)
+    admissions = models.PositiveBigIntegerField(default=0)
+    vgpu_memory_mib = models.DecimalField(max_digits=38, decimal_places=0, default=0,
+                                          help_text="Total MiB granted by these admissions.")
+
+    class Meta:
+        constraints = [
+            # The triggers' ON CONFLICT target, and the overview's range scan by day.
+            models.UniqueConstraint(fields=["day", "decision", "namespace", "preset_name"],
+                                    name="audit_rollup_daily_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day:%Y-%m-%d} {self.decision} {self.namespace} {self.preset_name}: {self.admissions}"
 
 
 class UnconvertedPodScan(models.Model):

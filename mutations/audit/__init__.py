@@ -2,11 +2,12 @@
 
 The request path spools each row (writer.audit_record_submit) as a COPY text line (encoding) into a
 memory-mapped segment (spool); a thread per process COPYs the segments into PostgreSQL (inserters,
-writer). rollup keeps the overview's hourly counts; selectors and filters read rows for the
-dashboard and the API. Design and costs: docs/audit-write-path.md, docs/audit-rollup.md.
+writer). partitions keeps the table's day partitions; rollup rebuilds the overview's counts (kept by
+the table's triggers) and prunes whole days; selectors and filters read rows for the dashboard and
+the API. Design and costs: docs/audit-write-path.md, docs/audit-rollup.md.
 """
 
-from .rollup import audit_rollup_mark, audit_rollup_refresh, audit_rollup_reset, audit_rows_delete
+from .rollup import audit_prune, audit_rollup_rebuild
 from .writer import (
     audit_backlog_rows,
     audit_flush,
@@ -16,6 +17,6 @@ from .writer import (
 )
 
 __all__ = [
-    "audit_backlog_rows", "audit_flush", "audit_record_submit", "audit_rollup_mark", "audit_rollup_refresh",
-    "audit_rollup_reset", "audit_rows_delete", "audit_writer_start", "audit_writer_stop",
+    "audit_backlog_rows", "audit_flush", "audit_prune", "audit_record_submit", "audit_rollup_rebuild",
+    "audit_writer_start", "audit_writer_stop",
 ]

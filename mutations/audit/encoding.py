@@ -124,6 +124,14 @@ def row_encode(record: AuditRecord) -> bytes:
     return ("\t".join(fields) + "\n").encode("utf-8", "replace")
 
 
+def copy_text_value(raw: bytes) -> str:
+    """One field of a COPY text line as the text it stands for; ValueError for NULL (\\N)."""
+    if raw == b"\\N":
+        raise ValueError("NULL")
+    text = raw.decode("utf-8")
+    return _COPY_UNESCAPE.sub(lambda m: _COPY_UNESCAPES.get(m.group(1), m.group(1)), text) if "\\" in text else text
+
+
 def row_decode(columns: tuple[str, ...], line: bytes) -> AuditRecord:
     """The record a COPY text line holds (for the ORM path and for reading set-aside rows)."""
     values = line.rstrip(b"\n").decode("utf-8").split("\t")

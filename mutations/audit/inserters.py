@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -14,7 +15,8 @@ from injector_site.database import libpq_params
 
 from ..metrics import AUDIT_ROWS_WRITTEN
 from ..models import AdmissionAudit
-from .encoding import KINDS, TABLE, row_decode
+from .encoding import KINDS, TABLE, copy_text_value, row_decode
+from .partitions import ROLLUP_LOCK_KEY, audit_partitions_create
 
 if TYPE_CHECKING:  # psycopg is imported where it is used: the SQLite fallback runs without a connection
     import psycopg
@@ -22,38 +24,77 @@ if TYPE_CHECKING:  # psycopg is imported where it is used: the SQLite fallback r
 logger = logging.getLogger("volcano_injector.audit")
 # The longest one statement of the writer may take: a stuck COPY must not hold the writer forever.
 STATEMENT_TIMEOUT_MS = 30_000
+# Two rows of the same request uid closer in time than this are one admission written twice: the API
+# server retries a call within its timeout (at most 30 s), and a re-sent spool batch repeats its rows'
+# times exactly. Rows of one uid further apart are both kept (docs/audit-write-path.md, "Replays").
+AUDIT_REPLAY_WINDOW = timedelta(minutes=10)
+# Creating a partition waits at most this long for the table's locks (the next check tries again).
+PARTITION_LOCK_TIMEOUT_MS = 1000
 
 
 def copy_rows(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple[str, ...], lines: list[bytes]) -> int:
     """Write COPY lines inside the caller's transaction; returns the rows added (replays are not).
 
-    COPY cannot skip a row that is already there, and replays are rare (a batch re-sent after a crash
-    between commit and delete, an admission the API server sent twice), so the batch is first
-    COPY'd straight into the table under a savepoint. If a uid is already present, the savepoint is
-    rolled back and the same bytes go through a temporary staging table and INSERT ... ON CONFLICT
-    (request_uid) DO NOTHING.
+    Under the rollup lock (partitions.ROLLUP_LOCK_KEY), which every audit write takes first: the
+    batch's uids are looked up among the rows within AUDIT_REPLAY_WINDOW of the batch's times (one or
+    two day partitions, through the uid index), and the lines whose uid is already there, or earlier
+    in the batch, within that window of their own time, are left out. Holding the lock to the commit
+    makes the check and the COPY one step for every writer of every replica. The table's trigger adds
+    the rows to the rollups in the same transaction.
     """
-    import psycopg
-
+    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ROLLUP_LOCK_KEY])
+    fresh = _without_replays(cursor, columns, lines)
+    if not fresh:
+        return 0
     names = ", ".join(f'"{c}"' for c in columns)
-    data = b"".join(lines)
-    cursor.execute("SAVEPOINT audit_copy")
+    with cursor.copy(f'COPY "{TABLE}" ({names}) FROM STDIN') as copy:
+        copy.write(b"".join(fresh))
+    return len(fresh)
+
+
+def _line_key(columns: tuple[str, ...]) -> tuple[int, int] | None:
+    """Positions of request_uid and created_at in a line of these columns (None: not both there)."""
     try:
-        with cursor.copy(f'COPY "{TABLE}" ({names}) FROM STDIN') as copy:
-            copy.write(data)
-    except psycopg.errors.UniqueViolation:
-        cursor.execute("ROLLBACK TO SAVEPOINT audit_copy")
-    else:
-        cursor.execute("RELEASE SAVEPOINT audit_copy")
-        return len(lines)
-    cursor.execute(f'CREATE TEMPORARY TABLE audit_replay AS SELECT {names} FROM "{TABLE}" WITH NO DATA')
-    with cursor.copy(f"COPY audit_replay ({names}) FROM STDIN") as copy:
-        copy.write(data)
-    cursor.execute(f'INSERT INTO "{TABLE}" ({names}) SELECT {names} FROM audit_replay '
-                   "ON CONFLICT (request_uid) DO NOTHING")
-    inserted = max(cursor.rowcount, 0)
-    cursor.execute("DROP TABLE audit_replay")
-    return inserted
+        return columns.index("request_uid"), columns.index("created_at")
+    except ValueError:
+        return None
+
+
+def _without_replays(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple[str, ...],
+                     lines: list[bytes]) -> list[bytes]:
+    key = _line_key(columns)
+    if key is None:
+        return lines
+    uid_at, time_at = key
+    parsed: list[tuple[bytes, str, datetime | None]] = []
+    for line in lines:
+        fields = line.rstrip(b"\n").split(b"\t")
+        try:
+            uid = copy_text_value(fields[uid_at])
+            moment = datetime.fromisoformat(copy_text_value(fields[time_at]))
+        except (IndexError, ValueError):
+            parsed.append((line, "", None))  # not a row the table takes: COPY refuses it, the fallback sets it aside
+            continue
+        parsed.append((line, uid, moment if moment.tzinfo else moment.replace(tzinfo=UTC)))
+    times = [moment for _, _, moment in parsed if moment is not None]
+    if not times:
+        return lines
+    cursor.execute(
+        f'SELECT request_uid, created_at FROM "{TABLE}" WHERE request_uid = ANY(%s) '
+        "AND created_at >= %s AND created_at <= %s",
+        [sorted({uid for _, uid, moment in parsed if moment is not None}),
+         min(times) - AUDIT_REPLAY_WINDOW, max(times) + AUDIT_REPLAY_WINDOW])
+    seen: dict[str, list[datetime]] = {}
+    for uid, written_at in cursor.fetchall():
+        seen.setdefault(uid, []).append(written_at)
+    fresh = []
+    for line, uid, at in parsed:
+        if at is not None:
+            if any(abs(at - other) <= AUDIT_REPLAY_WINDOW for other in seen.get(uid, ())):
+                continue  # a replay
+            seen.setdefault(uid, []).append(at)
+        fresh.append(line)
+    return fresh
 
 
 def _is_data_error(exc: BaseException) -> bool:
@@ -108,12 +149,21 @@ def _insert_lines_orm(columns: tuple[str, ...], lines: list[bytes]) -> tuple[int
             rejected.append(line)
             continue
         rows.append(AdmissionAudit(**{k: v for k, v in record.items() if k in KINDS}))
-    uids = [r.request_uid for r in rows]
-    before = AdmissionAudit.objects.filter(request_uid__in=uids).count()
-    AdmissionAudit.objects.bulk_create(rows, ignore_conflicts=True)
-    after = AdmissionAudit.objects.filter(request_uid__in=uids).count()
-    AUDIT_ROWS_WRITTEN.inc(after - before)
-    return after - before, rejected
+    # The same replay rule as copy_rows: a uid already written within the window of a row's time.
+    fresh: list[AdmissionAudit] = []
+    for row in rows:
+        if row.created_at is None:  # refused by the NOT NULL column, as on PostgreSQL
+            fresh.append(row)
+            continue
+        moment = row.created_at if isinstance(row.created_at, datetime) else datetime.fromisoformat(row.created_at)
+        earlier = AdmissionAudit.objects.filter(request_uid=row.request_uid,
+                                                created_at__range=(moment - AUDIT_REPLAY_WINDOW,
+                                                                   moment + AUDIT_REPLAY_WINDOW))
+        if not earlier.exists() and not any(r.request_uid == row.request_uid for r in fresh):
+            fresh.append(row)
+    AdmissionAudit.objects.bulk_create(fresh)
+    AUDIT_ROWS_WRITTEN.inc(len(fresh))
+    return len(fresh), rejected
 
 
 class PsycopgInserter:
@@ -158,6 +208,21 @@ class PsycopgInserter:
             raise
         AUDIT_ROWS_WRITTEN.inc(count)
         return count
+
+    def partitions_create(self) -> None:
+        """Create the audit table's day partitions ahead (partitions.py); a failure is logged and retried later."""
+        try:
+            conn = self._connection if self._connection is not None and not self._connection.closed else self._connect()
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.execute(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}")
+                created = audit_partitions_create(cursor, lock_timeout_ms=PARTITION_LOCK_TIMEOUT_MS)
+        except Exception as exc:  # noqa: BLE001 - the DEFAULT partition takes the rows meanwhile
+            self.close()
+            logger.warning("audit partitions not created; rows of days without one go to the DEFAULT partition",
+                           extra={"error": f"{type(exc).__name__}: {exc}"[:500]})
+            return
+        if created:
+            logger.info("audit partitions created", extra={"days": [d.isoformat() for d in created]})
 
     def close(self) -> None:
         if self._connection is not None:

@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db import connection
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 from django.utils import timezone
 
 from ..engine import Decision
-from ..models import AdmissionAudit, AuditRollup
+from ..models import AdmissionAudit, AuditRollup, AuditRollupDaily
 from .filters import AuditFilter
-from .rollup import audit_rollup_mark
 
 # The columns a history row shows: the wide JSON columns (patch, containers, warnings) stay behind.
 LIST_FIELDS = ("id", "created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name",
@@ -233,39 +233,27 @@ def _window_counts(recent: QuerySet[AdmissionAudit], *, since: datetime, until: 
                    trunc: type[TruncHour | TruncDay]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The window's admissions and MiB per (bucket, decision) and per (namespace, preset, decision).
 
-    Rows up to the rollup's mark come from the hourly rollup (mutations/audit/rollup.py), the rest from
-    the audit table (by primary key: the rows since the last refresh); each query unites both. A
-    rollup that changes while this reads (a refresh, a prune) shows as a new mark version: read again,
-    and after three tries count from the audit table alone (slower, never wrong). The rollup's hours
-    count whole: a counted row stamped after `until` within its hour (another replica's clock ahead)
-    is in the window.
+    On PostgreSQL from the rollups alone (hourly for hour bars, daily for day bars), which the audit
+    table's triggers keep equal to the table at every commit (mutations/audit/rollup.py). Their
+    hours (days) count whole: a row stamped after `until` within its hour (another replica's clock
+    ahead) is in the window. On SQLite (development), from the table.
     """
-    for _ in range(3):
-        mark = audit_rollup_mark()
-        counts = _window_counts_from(recent, mark=mark[0], since=since, until=until, trunc=trunc)
-        if audit_rollup_mark() == mark:
-            return counts
-    return _window_counts_from(recent, mark=None, since=since, until=until, trunc=trunc)
-
-
-def _window_counts_from(recent: QuerySet[AdmissionAudit], *, mark: int | None, since: datetime, until: datetime,
-                        trunc: type[TruncHour | TruncDay]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    live = recent if mark is None else recent.filter(id__gt=mark)
-    # Rows as dicts, of the audit table's model and then maybe united with the rollup's.
     by_bucket: QuerySet[Any, dict[str, Any]]
     by_name: QuerySet[Any, dict[str, Any]]
-    by_bucket = (live.annotate(bucket=trunc("created_at", tzinfo=UTC)).values("bucket", "decision")
-                 .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
-    by_name = (live.values("namespace", "preset_name", "decision")
-               .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
-    if mark is not None:
-        rolled = AuditRollup.objects.filter(hour__gte=since, hour__lte=until)
-        by_bucket = (rolled.annotate(bucket=trunc("hour", tzinfo=UTC)).values("bucket", "decision")
-                     .annotate(n=Sum("admissions"), mib=Sum("vgpu_memory_mib")).order_by()
-                     ).union(by_bucket, all=True)
-        by_name = (rolled.values("namespace", "preset_name", "decision")
-                   .annotate(n=Sum("admissions"), mib=Sum("vgpu_memory_mib")).order_by()
-                   ).union(by_name, all=True)
+    if connection.vendor != "postgresql":
+        by_bucket = (recent.annotate(bucket=trunc("created_at", tzinfo=UTC)).values("bucket", "decision")
+                     .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
+        by_name = (recent.values("namespace", "preset_name", "decision")
+                   .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
+        return list(by_bucket), list(by_name)
+    rolled: QuerySet[Any]
+    if trunc is TruncHour:
+        rolled = AuditRollup.objects.filter(hour__gte=since, hour__lte=until).annotate(bucket=F("hour"))
+    else:
+        rolled = AuditRollupDaily.objects.filter(day__gte=since, day__lte=until).annotate(bucket=F("day"))
+    by_bucket = rolled.values("bucket", "decision").annotate(n=Sum("admissions"), mib=Sum("vgpu_memory_mib")).order_by()
+    by_name = (rolled.values("namespace", "preset_name", "decision")
+               .annotate(n=Sum("admissions"), mib=Sum("vgpu_memory_mib")).order_by())
     return list(by_bucket), list(by_name)
 
 

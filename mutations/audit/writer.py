@@ -85,9 +85,13 @@ class AuditWriter:
         inserter = self._insert()
         interval = settings.INJECTOR_AUDIT_FLUSH_SECONDS
         delay = 0.0  # the first cycle at once: adopt what ended processes left before traffic arrives
-        last_scan = None
+        last_scan = last_partitions = None
         while not self.stop_event.wait(delay):
             now = time.monotonic()
+            check_every = settings.INJECTOR_AUDIT_PARTITION_CHECK_SECONDS
+            if inserter is not None and (last_partitions is None or now - last_partitions >= check_every):
+                last_partitions = now
+                inserter.partitions_create()  # the days ahead: a catalog query when they exist
             adopt = last_scan is None or now - last_scan >= settings.INJECTOR_AUDIT_ADOPT_SECONDS
             if adopt:
                 last_scan = now

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET
 from injector_site.database import session_database
 from profiles.selectors import configuration_names, namespace_quota_list
 
-from ..audit import audit_backlog_rows, audit_rollup_refresh, selectors
+from ..audit import audit_backlog_rows, selectors
 from ..audit.filters import AuditFilter
 from ..engine import Decision
 from ..engine.jsonpatch import unescape
@@ -73,7 +73,6 @@ def overview(request):
     window = request.GET.get("window", selectors.DEFAULT_WINDOW)
     if window not in selectors.WINDOWS:
         window = selectors.DEFAULT_WINDOW
-    audit_rollup_refresh()  # count what was written since the last page into the hourly rollup
     data = selectors.audit_overview(window=window)
     per = "hour" if data.bucket == "hour" else "day"
     top_count = max((n["n"] for n in data.top_namespaces), default=0) or 1

@@ -26,6 +26,7 @@ DECISION_WEIGHTS = {"mutated": 70, "unchanged": 12, "skipped": 7, "audit-only": 
 HOUR_WEIGHTS = [3, 2, 2, 2, 2, 3, 5, 8, 11, 13, 14, 14, 12, 13, 14, 13, 11, 9, 7, 6, 5, 4, 4, 3]
 COLUMNS = [f.column for f in AdmissionAudit._meta.concrete_fields if not f.primary_key]
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+COPY_CHUNK_ROWS = 2000
 
 
 def _container(name: str, limits: dict, requests: dict | None = None) -> dict:
@@ -118,9 +119,14 @@ class Command(BaseCommand):
         # One transaction: all rows or none. Behind PgBouncer's transaction pooling it also keeps the session
         # if the COPY fails midway, where a COPY on its own lets PgBouncer hand the session on while this
         # client still streams data into it (docs/database-pooling.md).
-        with transaction.atomic(), connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
-            for created_at, decision in zip(times, decisions, strict=True):
-                copy.write_row(self._row(rng, rng.choice(templates[decision]), created_at))
+        with transaction.atomic(), connection.cursor() as cursor:
+            # One COPY per chunk: the table's trigger adds each statement's rows to the rollups from a
+            # transition table, which stays in memory at this size.
+            for start in range(0, rows, COPY_CHUNK_ROWS):
+                with cursor.cursor.copy(sql) as copy:
+                    for created_at, decision in zip(times[start:start + COPY_CHUNK_ROWS],
+                                                    decisions[start:start + COPY_CHUNK_ROWS], strict=True):
+                        copy.write_row(self._row(rng, rng.choice(templates[decision]), created_at))
         self.stdout.write(f"added {rows} audit rows over {days} days in {time.perf_counter() - started:.1f} s")
 
     @staticmethod

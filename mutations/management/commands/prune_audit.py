@@ -1,4 +1,4 @@
-"""Delete audit rows past retention, in small batches (short transactions, no long locks)."""
+"""Remove audit rows past retention by dropping whole days (partitions): the same time at any table size."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from mutations.audit import audit_rows_delete
-from mutations.models import AdmissionAudit
+from mutations.audit import audit_prune
 
 UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 
@@ -28,36 +27,26 @@ def parse_age(text: str) -> timedelta:
 
 
 class Command(BaseCommand):
-    help = "Delete audit rows older than --older-than (default AUDIT_RETENTION_DAYS), in small batches."
+    help = ("Drop the audit rows of every UTC day that ended before --older-than (default AUDIT_RETENTION_DAYS), "
+            "a whole day partition at a time.")
 
     def add_arguments(self, parser):
         parser.add_argument("--older-than", default=None,
                             help="Age such as 90d, 36h or 2w (default: AUDIT_RETENTION_DAYS days).")
-        parser.add_argument("--batch-size", type=int, default=5000, help="Rows per DELETE (default 5000).")
-        parser.add_argument("--pause-seconds", type=float, default=0.0,
-                            help="Sleep between batches, to leave the database room (default 0).")
+        parser.add_argument("--lock-timeout-ms", type=int, default=5000,
+                            help="How long dropping one day waits for the audit table's lock (default 5000).")
 
-    def handle(self, *args, older_than: str | None, batch_size: int, pause_seconds: float, **options):
-        if batch_size < 1:
-            raise CommandError("--batch-size must be at least 1")
-        if pause_seconds < 0:
-            raise CommandError("--pause-seconds cannot be negative")
+    def handle(self, *args, older_than: str | None, lock_timeout_ms: int, **options):
+        if lock_timeout_ms < 1:
+            raise CommandError("--lock-timeout-ms must be at least 1")
         age = parse_age(older_than) if older_than is not None else timedelta(days=settings.AUDIT_RETENTION_DAYS)
         if age <= timedelta(0):
             raise CommandError("AUDIT_RETENTION_DAYS must be at least 1")
         cutoff = timezone.now() - age
-        deleted = batches = 0
-        while True:
-            # Oldest first through the created_at index; each batch is its own short transaction,
-            # so the webhook's writers and the dashboard never wait long for a lock.
-            ids = list(AdmissionAudit.objects.filter(created_at__lt=cutoff).order_by("created_at", "id")
-                       .values_list("id", flat=True)[:batch_size])
-            if not ids:
-                break
-            deleted += audit_rows_delete(ids=ids)  # the overview's rollup loses them in the same transaction
-            batches += 1
-            if len(ids) < batch_size:
-                break
-            if pause_seconds:
-                time.sleep(pause_seconds)
-        self.stdout.write(f"deleted {deleted} audit rows older than {cutoff:%Y-%m-%d %H:%M} UTC in {batches} batches")
+        started = time.monotonic()
+        # Whole days only: the rows of the cutoff's own day stay until that day has ended (at most a day
+        # longer than the age), and each day goes in one short transaction whatever its size.
+        rows, days = audit_prune(cutoff=cutoff, lock_timeout_ms=lock_timeout_ms)
+        self.stdout.write(f"deleted {rows} audit rows of the days before {cutoff:%Y-%m-%d} (UTC), older than "
+                          f"{cutoff:%Y-%m-%d %H:%M} UTC: {days} day partitions dropped, "
+                          f"{time.monotonic() - started:.2f} s")

@@ -1,4 +1,4 @@
-"""Count every audit row not yet in the overview's hourly rollup (after an upgrade, or from a CronJob)."""
+"""Recount the overview's rollups from the audit table (after editing them by hand, or to check them)."""
 
 from __future__ import annotations
 
@@ -6,29 +6,24 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from mutations.audit.rollup import ROLLUP_REFRESH_MAX_ROWS, audit_rollup_refresh, audit_rollup_reset
+from mutations.audit import audit_rollup_rebuild
 
 
 class Command(BaseCommand):
-    help = ("Count audit rows added since the last refresh into the overview's hourly rollup, until none "
-            f"is left. The overview does this for at most {ROLLUP_REFRESH_MAX_ROWS} rows per page by itself.")
+    help = ("The overview's rollups are kept by every write to the audit table; --rebuild recounts them from the "
+            "table, one day per transaction.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--lock-timeout-ms", type=int, default=5000,
-                            help="How long each step waits for the audit writers' transactions (default 5000).")
+        parser.add_argument("--lock-timeout-ms", type=int, default=30_000,
+                            help="How long each day's recount waits for the audit writers (default 30000).")
         parser.add_argument("--rebuild", action="store_true",
-                            help="Empty the rollup first and count every audit row again (after editing it by hand).")
+                            help="Recount both rollups from the audit table (after editing them by hand).")
 
     def handle(self, *args, lock_timeout_ms: int, rebuild: bool, **options):
+        if not rebuild:
+            self.stdout.write("the rollups are kept by every write to the audit table: nothing to count "
+                              "(--rebuild recounts them from the table)")
+            return
         started = time.monotonic()
-        if rebuild:
-            audit_rollup_reset()  # the overview counts from the audit table until the steps below are done
-        total = steps = 0
-        while True:
-            counted = audit_rollup_refresh(lock_timeout_ms=lock_timeout_ms)
-            if not counted:
-                break
-            total += counted
-            steps += 1
-        self.stdout.write(f"counted {total} audit rows into the rollup in {steps} steps, "
-                          f"{time.monotonic() - started:.1f} s")
+        counted = audit_rollup_rebuild(lock_timeout_ms=lock_timeout_ms)
+        self.stdout.write(f"counted {counted} audit rows into the rollups, {time.monotonic() - started:.1f} s")

@@ -1,5 +1,5 @@
 """Every answered admission reaches the audit table: after a SIGKILLed worker, a SIGTERMed server,
-and a PostgreSQL outage under load; and into the dashboard's rollup while the writers commit. Real
+and a PostgreSQL outage under load; and into the dashboard's rollups while the writers commit. Real
 gunicorn processes (injector_site/gunicorn_conf.py) on 127.0.0.1, each test against a database of its own."""
 
 from __future__ import annotations
@@ -173,59 +173,74 @@ def test_outage_of_postgresql_under_load_loses_no_row_and_keeps_answering(privat
     assert "audit backlog growing" in server.log()
 
 
-# --- the dashboard's rollup, refreshed while the writers commit ------------------------------------
+# --- the dashboard's rollups, kept by the writers' transactions --------------------------------------
 
-REFRESH_LOOP = """
+ROLLUP_MISMATCH = """
+(SELECT date_trunc('{unit}', created_at, 'UTC'), decision, namespace, preset_name, count(*), sum(vgpu_memory_mib)
+ FROM mutations_admissionaudit GROUP BY 1, 2, 3, 4
+ EXCEPT SELECT {key}, decision, namespace, preset_name, admissions, vgpu_memory_mib FROM {table})
+UNION ALL
+(SELECT {key}, decision, namespace, preset_name, admissions, vgpu_memory_mib FROM {table}
+ EXCEPT SELECT date_trunc('{unit}', created_at, 'UTC'), decision, namespace, preset_name, count(*),
+               sum(vgpu_memory_mib)
+ FROM mutations_admissionaudit GROUP BY 1, 2, 3, 4)
+"""
+MISMATCHES = [ROLLUP_MISMATCH.format(unit="hour", key="hour", table="mutations_auditrollup"),
+              ROLLUP_MISMATCH.format(unit="day", key="day", table="mutations_auditrollupdaily")]
+
+CHECK_LOOP = """
 import sys, time
 import django
 django.setup()
-from mutations.audit.rollup import audit_rollup_refresh
-deadline, steps, counted = time.monotonic() + float(sys.argv[1]), 0, 0
-while time.monotonic() < deadline:
-    n = audit_rollup_refresh(max_rows=40, lock_timeout_ms=200)
-    steps, counted = steps + (n > 0), counted + n
-    time.sleep(0.005)
-while n := audit_rollup_refresh(lock_timeout_ms=5000):
-    counted += n
-print(steps, counted)
-"""
-
-ROLLUP_MISMATCH = """
-(SELECT date_trunc('hour', created_at, 'UTC'), decision, namespace, preset_name, count(*), sum(vgpu_memory_mib)
- FROM mutations_admissionaudit GROUP BY 1, 2, 3, 4
- EXCEPT SELECT hour, decision, namespace, preset_name, admissions, vgpu_memory_mib FROM mutations_auditrollup)
-UNION ALL
-(SELECT hour, decision, namespace, preset_name, admissions, vgpu_memory_mib FROM mutations_auditrollup
- EXCEPT SELECT date_trunc('hour', created_at, 'UTC'), decision, namespace, preset_name, count(*), sum(vgpu_memory_mib)
- FROM mutations_admissionaudit GROUP BY 1, 2, 3, 4)
+import psycopg
+from mutations.audit.rollup import audit_rollup_rebuild
+queries = sys.argv[3:]
+deadline, checks, mismatches, rebuilds, rows = time.monotonic() + float(sys.argv[1]), 0, 0, 0, set()
+with psycopg.connect(sys.argv[2], autocommit=True) as conn:
+    while time.monotonic() < deadline:
+        with conn.transaction():  # one snapshot: the table and the rollups as of one moment
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            mismatches += sum(len(conn.execute(q).fetchall()) for q in queries)
+            rows.add(conn.execute("SELECT count(*) FROM mutations_admissionaudit").fetchone()[0])
+        checks += 1
+        if checks % 25 == 0:
+            audit_rollup_rebuild(lock_timeout_ms=5000)  # a rebuild while the writers commit
+            rebuilds += 1
+        time.sleep(0.005)
+print(checks, mismatches, rebuilds, len(rows))
 """
 
 
-def refresh_rollup(database_url: str, *, seconds: float) -> tuple[int, int]:
-    """Refresh the rollup of that database in small steps for `seconds`, then until done: (steps, rows)."""
+def check_rollups(database_url: str, *, seconds: float) -> tuple[int, int, int, int]:
+    """Compare both rollups with GROUP BY over the table, in one snapshot each time, for `seconds`, rebuilding
+    them now and then: (checks, mismatched rows seen, rebuilds, distinct row counts seen)."""
     done = subprocess.run(
-        [sys.executable, "-c", REFRESH_LOOP, str(seconds)], cwd=Path(__file__).resolve().parents[3],
-        capture_output=True, text=True, timeout=120, check=False,
+        [sys.executable, "-c", CHECK_LOOP, str(seconds), database_url, *MISMATCHES],
+        cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "DATABASE_URL": database_url, "INJECTOR_DEV_MODE": "true",
              "DJANGO_SETTINGS_MODULE": "injector_site.settings", "LOG_LEVEL": "WARNING"},
     )
     assert done.returncode == 0, done.stderr
-    steps, rows = map(int, done.stdout.split())
-    return steps, rows
+    checks, mismatches, rebuilds, counts = map(int, done.stdout.split())
+    return checks, mismatches, rebuilds, counts
 
 
-def test_rollup_refreshed_while_writers_commit_counts_every_row_once(durability_database, servers):
-    # Two workers committing every 50 ms, and a refresh every few ms in steps of 40 rows: a refresh
-    # that moved its mark past a writer's uncommitted rows would leave them out for good.
+def test_rollup_equals_group_by_over_the_table_while_writers_commit(durability_database, servers):
+    # Two workers committing every 50 ms; every few ms a snapshot compares the rollups with the table,
+    # and every 25 checks the rollups are rebuilt from the table under the writers' feet. A rollup
+    # kept outside the writers' transactions (or a rebuild that skipped or doubled a commit) shows
+    # as a mismatch in some snapshot.
     server = servers(durability_database, INJECTOR_AUDIT_FLUSH_SECONDS="0.05")
     load = Load(server.port)
-    steps, _ = refresh_rollup(durability_database, seconds=8)
+    checks, mismatches, rebuilds, counts = check_rollups(durability_database, seconds=8)
     load.stop()
     assert server.stop() == 0
-    assert steps > 10 and len(load.answered) > 200
-    refresh_rollup(durability_database, seconds=0)  # what the workers wrote at exit
+    assert len(load.answered) > 200 and checks > 50 and rebuilds >= 2 and counts > 10
+    assert mismatches == 0
     with psycopg.connect(durability_database) as conn:
         rows = conn.execute("SELECT count(*) FROM mutations_admissionaudit").fetchone()[0]
         assert rows >= len(load.answered)
         assert conn.execute("SELECT sum(admissions) FROM mutations_auditrollup").fetchone()[0] == rows
-        assert conn.execute(ROLLUP_MISMATCH).fetchall() == []
+        assert conn.execute("SELECT sum(admissions) FROM mutations_auditrollupdaily").fetchone()[0] == rows
+        for query in MISMATCHES:
+            assert conn.execute(query).fetchall() == []

@@ -1,6 +1,7 @@
 """Audit migrations that change the database only: 0005 (JSON columns as `json`), 0006 (one trigram index)."""
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection
@@ -93,5 +94,56 @@ def test_0006_leaves_one_trigram_index_on_both_name_columns_and_reverses_to_two(
             "request_uid", flat=True)) == ["trgm"]
         migrate(("mutations", "0005_audit_json_columns_as_json"))
         assert sorted(trigram_indexes()) == ["audit_generate_name_trgm", "audit_pod_name_trgm"]
+    finally:
+        migrate(("mutations", _latest()))
+
+
+INSERT_0009 = (
+    "INSERT INTO mutations_admissionaudit (created_at, request_uid, operation, namespace, pod_name, generate_name, "
+    "owner_kind, owner_name, username, decision, reason, field, preset_name, policy_name, source, gpus_requested, "
+    "vgpus_granted, vgpu_memory_mib, containers, resources_before, patch, warnings, dry_run, duration_ms, replica, "
+    "caller_verified) VALUES (now() - %s * interval '1 hour', %s, 'CREATE', %s, 'p', '', '', '', 'u', %s, '', '', "
+    "'llm-7b', '*', '', 1, 1, %s, '[]', '[]', %s, '[]', false, 0.4, 'r', true)"
+)
+
+
+def audit_rows() -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, created_at, request_uid, namespace, decision, vgpu_memory_mib, patch::text, "
+                       "caller_verified FROM mutations_admissionaudit ORDER BY id")
+        return cursor.fetchall()
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_0010_partitions_a_table_with_rows_and_keeps_every_row_id_and_count():
+    before_0010 = ("mutations", "0009_audit_caller_verified")
+    try:
+        migrate(before_0010)
+        with connection.cursor() as cursor:
+            # rows of today, of 3 and 80 days ago, one from before the partitions' reach, one from the future
+            for i, hours_ago in enumerate([0.5, 1, 72, 72.5, 24 * 80, 24 * 500, -24 * 30]):
+                cursor.execute(INSERT_0009, [hours_ago, f"uid-{i}", f"team-{i % 2}", ["mutated", "denied"][i % 2],
+                                             16384 * i, json.dumps(PATCH)])
+            cursor.execute("DELETE FROM mutations_admissionaudit WHERE request_uid = 'uid-1'")  # an id gap
+        rows = audit_rows()
+        migrate(("mutations", "0010_audit_partitioned_by_day"))
+        assert audit_rows() == rows
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = 'mutations_admissionaudit'::regclass")
+            assert cursor.fetchone()[0] >= 80 + 1 + 7 + 1  # a day each back to the oldest within reach, ahead, DEFAULT
+            cursor.execute("SELECT request_uid FROM mutations_admissionaudit_default ORDER BY request_uid")
+            assert [uid for (uid,) in cursor.fetchall()] == ["uid-5", "uid-6"]  # 500 days old, 30 days ahead
+            # the rollups were counted from the rows, and new rows take ids after every id ever given
+            cursor.execute("SELECT sum(admissions), sum(vgpu_memory_mib) FROM mutations_auditrollupdaily")
+            assert cursor.fetchone() == (6, 16384 * (0 + 2 + 3 + 4 + 5 + 6))
+        new = AdmissionAudit.objects.create(created_at=datetime(2026, 12, 2, 10, tzinfo=UTC), request_uid="after",
+                                            decision="mutated")
+        assert new.id > max(row[0] for row in rows)
+        migrate(before_0010)  # and back: one table again, every row kept
+        after = (new.id, new.created_at, "after", "", "mutated", 0)
+        assert [r[:6] for r in audit_rows()] == [r[:6] for r in rows] + [after]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = 'mutations_admissionaudit'::regclass")
+            assert cursor.fetchone()[0] == 0
     finally:
         migrate(("mutations", _latest()))

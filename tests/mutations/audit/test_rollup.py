@@ -1,28 +1,39 @@
-"""The overview's hourly rollup (mutations/audit/rollup.py) on PostgreSQL: the overview shows the same numbers
-with it as without it, every row is counted once, pruned rows leave it, and a writer's open
-transaction is never skipped."""
+"""The overview's rollups (hourly and daily) on PostgreSQL: kept equal to GROUP BY over the audit table by
+every write and delete, shown by the overview as counting the table would show them, cut by retention,
+and rebuilt from the table on demand."""
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import asdict
 from datetime import timedelta
+from types import SimpleNamespace
 
-import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
 from mutations.audit import selectors
-from mutations.audit.rollup import audit_rollup_mark, audit_rollup_refresh
-from mutations.models import AdmissionAudit, AuditRollup, AuditRollupMark
+from mutations.models import AdmissionAudit, AuditRollup, AuditRollupDaily
 from tests.support.audit import audit_row
+
+pytestmark = pytest.mark.django_db
 
 SHAPES = [  # namespace, decision, preset, MiB
     ("team-a", "mutated", "llm-7b", 16384), ("team-a", "denied", "", 0), ("ray", "mutated", "llm-70b", 4 * 37888),
     ("ray", "error", "", 0), ("team-b", "unchanged", "", 0), ("team-b", "mutated", "default", 8192),
 ]
+
+MISMATCH = """
+(SELECT date_trunc(%(unit)s, created_at, 'UTC'), decision, namespace, preset_name, count(*), sum(vgpu_memory_mib)
+ FROM mutations_admissionaudit GROUP BY 1, 2, 3, 4
+ EXCEPT SELECT {key}, decision, namespace, preset_name, admissions, vgpu_memory_mib FROM {table})
+UNION ALL
+(SELECT {key}, decision, namespace, preset_name, admissions, vgpu_memory_mib FROM {table}
+ EXCEPT SELECT date_trunc(%(unit)s, created_at, 'UTC'), decision, namespace, preset_name, count(*),
+               sum(vgpu_memory_mib)
+ FROM mutations_admissionaudit GROUP BY 1, 2, 3, 4)
+"""
 
 
 def rows_over(hours: list[float], *, now=None) -> None:
@@ -33,17 +44,20 @@ def rows_over(hours: list[float], *, now=None) -> None:
                   preset_name=preset, vgpu_memory_mib=mib)
 
 
-def overview_counting_the_table(window: str, now) -> dict:
-    """The overview as the audit table alone gives it (the rollup emptied, its mark at 0)."""
-    rollup = list(AuditRollup.objects.values())
-    mark = AuditRollupMark.objects.get(id=1)
-    AuditRollup.objects.all().delete()
-    AuditRollupMark.objects.filter(id=1).update(last_audit_id=0, version=mark.version + 1)
-    try:
+def rollups_match_the_table() -> bool:
+    with connection.cursor() as cursor:
+        for unit, table in (("hour", "mutations_auditrollup"), ("day", "mutations_auditrollupdaily")):
+            cursor.execute(MISMATCH.format(key=unit, table=table), {"unit": unit})
+            if cursor.fetchall():
+                return False
+    return True
+
+
+def overview_counting_the_table(window: str, now, monkeypatch) -> dict:
+    """The overview as the audit table alone gives it (the path SQLite takes)."""
+    with monkeypatch.context() as patched:
+        patched.setattr(selectors, "connection", SimpleNamespace(vendor="sqlite"))
         return shown(selectors.audit_overview(window=window, now=now))
-    finally:
-        AuditRollup.objects.bulk_create(AuditRollup(**row) for row in rollup)
-        AuditRollupMark.objects.filter(id=1).update(last_audit_id=mark.last_audit_id, version=mark.version + 2)
 
 
 def shown(overview) -> dict:
@@ -56,108 +70,90 @@ def rollup_total() -> int:
     return sum(AuditRollup.objects.values_list("admissions", flat=True))
 
 
-@pytest.mark.django_db
-def test_overview_with_the_rollup_shows_what_counting_the_table_shows():
+def test_every_write_is_in_both_rollups_in_its_own_transaction():
     now = timezone.now().replace(minute=30)
-    rows_over([0.1, 0.2, 1.1, 1.2, 1.3, 5, 5, 26, 30, 50, 100, 170, 24 * 20, 24 * 80], now=now)
-    assert audit_rollup_refresh() == 14
-    # Rows written after the refresh, in hours the rollup already holds and in new ones.
-    rows_over([0.05, 1.15, 5, 30, 24 * 20], now=now)
-    assert AuditRollupMark.objects.get(id=1).last_audit_id < AdmissionAudit.objects.latest("id").id
+    rows_over([0.1, 0.2, 1.1, 5, 26, 24 * 20, 24 * 80], now=now)
+    assert rollup_total() == 7 == sum(AuditRollupDaily.objects.values_list("admissions", flat=True))
+    assert rollups_match_the_table()
+    AdmissionAudit.objects.bulk_create([AdmissionAudit(created_at=now, request_uid=f"bulk-{i}", decision="mutated",
+                                                       namespace="team-c", vgpu_memory_mib=1024) for i in range(3)])
+    assert rollup_total() == 10 and rollups_match_the_table()
+
+
+def test_deletes_and_updates_are_taken_out_of_the_rollups_and_empty_rows_go():
+    now = timezone.now()
+    rows_over([1, 1, 2, 24 * 3], now=now)
+    AdmissionAudit.objects.filter(created_at__lt=now - timedelta(hours=1.5)).delete()
+    assert rollup_total() == 2 and rollups_match_the_table()
+    assert not AuditRollupDaily.objects.filter(day__lt=now - timedelta(days=2)).exists()
+    AdmissionAudit.objects.update(namespace="moved")  # never done to audit rows, but the rollups follow
+    assert set(AuditRollup.objects.values_list("namespace", flat=True)) == {"moved"}
+    assert rollups_match_the_table()
+
+
+def test_truncating_the_audit_table_empties_the_rollups():
+    rows_over([1, 2, 3])
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE mutations_admissionaudit")
+    assert not AuditRollup.objects.exists() and not AuditRollupDaily.objects.exists()
+
+
+def test_overview_from_the_rollups_shows_what_counting_the_table_shows(monkeypatch):
+    now = timezone.now().replace(minute=30)
+    rows_over([0.05, 0.1, 0.2, 1.1, 1.2, 1.3, 5, 5, 26, 30, 50, 100, 170, 24 * 20, 24 * 80], now=now)
     for window in selectors.WINDOWS:
         with_rollup = shown(selectors.audit_overview(window=window, now=now))
-        assert with_rollup == overview_counting_the_table(window, now), window
-    # and those numbers are the table's: 15 rows are in the last 7 days (not those 170 h, 20 and 80 days old)
+        assert with_rollup == overview_counting_the_table(window, now, monkeypatch), window
+    # and those numbers are the table's: 12 rows are in the last 7 days (not those 170 h, 20 and 80 days old)
     week = shown(selectors.audit_overview(window="7d", now=now))
     in_week = AdmissionAudit.objects.filter(created_at__gte=week["since"], created_at__lte=now)
     assert week["totals"] == {d: in_week.filter(decision=d).count() for d in week["totals"]}
-    assert sum(week["totals"].values()) == 15
+    assert sum(week["totals"].values()) == 12
 
 
-@pytest.mark.django_db
-def test_refresh_counts_every_row_once_in_bounded_steps_across_gaps():
-    rows_over([1] * 25)
-    ids = list(AdmissionAudit.objects.order_by("id").values_list("id", flat=True))
-    AdmissionAudit.objects.filter(id__in=ids[5:12]).delete()  # a gap: deleted before they were counted
-    assert [audit_rollup_refresh(max_rows=5) for _ in range(5)] == [5, 5, 5, 3, 0]
-    assert rollup_total() == 18 == AdmissionAudit.objects.count()
-    assert audit_rollup_mark()[0] == ids[-1]
-    rows_over([2, 3])
-    assert audit_rollup_refresh() == 2 and rollup_total() == 20
+def test_overview_reads_the_rollups_not_the_audit_table():
+    rows_over([1, 2, 3])
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        selectors.audit_overview(window="30d")
+    counting = [q["sql"] for q in captured.captured_queries if "GROUP BY" in q["sql"]]
+    assert counting and all("mutations_admissionaudit" not in sql for sql in counting), counting
 
 
-@pytest.mark.django_db
-def test_a_quiet_refresh_changes_nothing():
-    rows_over([1, 2])
-    audit_rollup_refresh()
-    before = (audit_rollup_mark(), list(AuditRollup.objects.order_by("id").values()))
-    assert audit_rollup_refresh() == 0
-    assert (audit_rollup_mark(), list(AuditRollup.objects.order_by("id").values())) == before
-
-
-@pytest.mark.django_db
-def test_prune_takes_the_deleted_rows_out_of_the_rollup(capsys):
+def test_prune_takes_the_dropped_days_out_of_the_rollups(capsys, monkeypatch):
     rows_over([24 * 100, 24 * 100 + 1, 24 * 95, 24 * 10, 1, 2])
-    assert audit_rollup_refresh() == 6
-    rows_over([24 * 99, 3])  # written late (after an outage) or not yet counted: above the mark
-    old_hours = AuditRollup.objects.filter(hour__lt=timezone.now() - timedelta(days=90)).count()
-    assert old_hours == 3
-    call_command("prune_audit", "--older-than", "90d", "--batch-size", "2")
-    assert "deleted 4 audit rows" in capsys.readouterr().out
+    call_command("prune_audit", "--older-than", "90d")
+    assert "deleted 3 audit rows" in capsys.readouterr().out
     assert not AuditRollup.objects.filter(hour__lt=timezone.now() - timedelta(days=90)).exists()
-    assert rollup_total() == 3  # the counted rows that are left; the late one at 3 h is above the mark
+    assert rollup_total() == 3 and rollups_match_the_table()
     now = timezone.now()
     overview = shown(selectors.audit_overview(window="90d", now=now))
-    assert sum(overview["totals"].values()) == AdmissionAudit.objects.count() == 4
-    assert overview == overview_counting_the_table("90d", now)
+    assert sum(overview["totals"].values()) == AdmissionAudit.objects.count() == 3
+    assert overview == overview_counting_the_table("90d", now, monkeypatch)
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the seeded rows and the mark come back
-def test_refresh_waits_for_a_writers_open_transaction_and_misses_none_of_its_rows():
-    settings_dict = connection.settings_dict
-    writer = psycopg.connect(host=settings_dict["HOST"] or None, port=settings_dict["PORT"] or None,
-                             dbname=settings_dict["NAME"], user=settings_dict["USER"] or None,
-                             password=settings_dict["PASSWORD"] or None)
-    try:
-        now = timezone.now()
-        # The audit writer's COPY in progress: its row takes an id first, and commits last.
-        writer.execute(
-            "INSERT INTO mutations_admissionaudit (created_at, request_uid, operation, namespace, pod_name, "
-            "generate_name, owner_kind, owner_name, username, decision, reason, field, preset_name, policy_name, "
-            "source, gpus_requested, vgpus_granted, vgpu_memory_mib, containers, resources_before, patch, warnings, "
-            "dry_run, duration_ms, replica) VALUES (%s, %s, 'CREATE', 'team-a', 'p', '', '', '', 'u', 'mutated', '', "
-            "'', 'default', '*', '', 1, 1, 16384, '[]', '[]', '[]', '[]', false, 0.4, 'r')",
-            [now, str(uuid.uuid4())])
-        rows_over([0.5])  # another writer's row, committed, with a higher id
-        assert audit_rollup_refresh(lock_timeout_ms=200) == 0  # it did not count past the open row
-        assert rollup_total() == 0
-        writer.commit()
-        assert audit_rollup_refresh(lock_timeout_ms=2000) == 2
-        assert rollup_total() == 2
-    finally:
-        writer.close()
-
-
-@pytest.mark.django_db
-def test_refresh_command_counts_everything(capsys):
-    rows_over([1] * 7)
+def test_refresh_command_without_rebuild_changes_nothing(capsys):
+    rows_over([1] * 3)
+    before = list(AuditRollup.objects.order_by("id").values())
     call_command("refresh_audit_rollup")
-    assert "counted 7 audit rows" in capsys.readouterr().out
-    assert rollup_total() == 7
+    assert "nothing to count" in capsys.readouterr().out
+    assert list(AuditRollup.objects.order_by("id").values()) == before
 
 
-@pytest.mark.django_db
-def test_a_rollup_changed_by_hand_does_not_stop_retention_and_can_be_rebuilt(capsys):
+def test_a_rollup_changed_by_hand_does_not_stop_retention_and_can_be_rebuilt(capsys, monkeypatch):
     now = timezone.now()
     for _ in range(2):
         audit_row(created_at=now - timedelta(days=100))
     audit_row(created_at=now - timedelta(hours=1))
-    audit_rollup_refresh()
     AuditRollup.objects.update(admissions=1)  # lower than the rows it stands for
+    AuditRollupDaily.objects.create(day=now - timedelta(days=400), decision="mutated", admissions=5)  # no rows at all
     call_command("prune_audit", "--older-than", "90d")
     assert "deleted 2 audit rows" in capsys.readouterr().out
     assert AdmissionAudit.objects.count() == 1
     call_command("refresh_audit_rollup", "--rebuild")
     assert "counted 1 audit rows" in capsys.readouterr().out
     assert list(AuditRollup.objects.values_list("admissions", flat=True)) == [1]
-    assert overview_counting_the_table("24h", now) == shown(selectors.audit_overview(window="24h", now=now))
+    assert rollups_match_the_table()
+    day = shown(selectors.audit_overview(window="24h", now=now))
+    assert overview_counting_the_table("24h", now, monkeypatch) == day

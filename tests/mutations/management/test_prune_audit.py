@@ -1,4 +1,4 @@
-"""prune_audit: retention removes old rows in batches and nothing else."""
+"""prune_audit: retention removes the rows of every UTC day that ended before the cutoff, and nothing else."""
 
 import uuid
 from datetime import timedelta
@@ -40,20 +40,19 @@ def test_default_age_is_the_retention_setting(settings):
     assert remaining_ages() == [5]
 
 
-def test_deletes_in_batches_until_done(capsys):
-    rows_aged(*([40] * 7), 2)
-    call_command("prune_audit", "--older-than", "30d", "--batch-size", "3")
-    assert remaining_ages() == [2]
-    out = capsys.readouterr().out
-    assert "deleted 7 audit rows" in out and "in 3 batches" in out
-
-
-def test_hours_and_weeks_are_understood():
-    rows_aged(0.25, 1.5, 20)
-    call_command("prune_audit", "--older-than", "2w")
-    assert remaining_ages() == [0, 2]
-    call_command("prune_audit", "--older-than", "24h")
-    assert remaining_ages() == [0]
+def test_only_days_that_ended_before_the_cutoff_go(capsys):
+    now = timezone.now()
+    cutoff_day = (now - timedelta(days=30)).replace(hour=0, minute=0, second=0, microsecond=0)
+    AdmissionAudit.objects.bulk_create(
+        AdmissionAudit(created_at=moment, request_uid=str(uuid.uuid4()), decision="mutated")
+        for moment in (cutoff_day - timedelta(microseconds=1), cutoff_day, now - timedelta(days=30, seconds=1))
+    )
+    call_command("prune_audit", "--older-than", "30d")
+    # the last microsecond of the day before the cutoff's day is gone; the cutoff's own day stays whole,
+    # even its rows older than the cutoff, until that day has ended
+    assert sorted(AdmissionAudit.objects.values_list("created_at", flat=True)) == sorted(
+        [cutoff_day, now - timedelta(days=30, seconds=1)])
+    assert "deleted 1 audit rows" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("value", ["ninety days", "0d", "-5d", "3m"])
@@ -64,6 +63,6 @@ def test_bad_age_is_refused(value):
     assert AdmissionAudit.objects.count() == 1
 
 
-def test_bad_batch_size_is_refused():
-    with pytest.raises(CommandError):
-        call_command("prune_audit", "--batch-size", "0")
+def test_bad_lock_timeout_is_refused():
+    with pytest.raises(CommandError, match="--lock-timeout-ms"):
+        call_command("prune_audit", "--lock-timeout-ms", "0")

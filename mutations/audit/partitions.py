@@ -1,0 +1,110 @@
+"""The audit table's partitions on PostgreSQL: one per UTC day of created_at, and a DEFAULT one.
+
+Migration 0010 partitions the table; the writer (every INJECTOR_AUDIT_PARTITION_CHECK_SECONDS) and
+`manage.py create_audit_partitions` create the days ahead; a row for a day without a partition
+lands in the DEFAULT partition, so no write ever fails for a missing one, and moves to its day's
+partition when that is created. prune_audit drops whole days (`audit_partition_drop`): the same
+few catalog changes at any table size. Design: docs/audit-rollup.md.
+
+Every function takes a DB-API cursor (Django's or psycopg's) inside a transaction of the caller's.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+TABLE = "mutations_admissionaudit"
+DEFAULT_PARTITION = f"{TABLE}_default"
+_NAME = re.compile(rf"^{TABLE}_p(\d{{8}})$")
+DAYS_AHEAD = 7
+DAYS_BEHIND = 1
+# Transaction-level advisory locks (pg_advisory_xact_lock). Every path that changes the rollup takes
+# ROLLUP_LOCK_KEY first (the writer before its COPY, the table's triggers, prune, rebuild), then
+# table locks: one order, so they cannot deadlock. The triggers of migration 0010 use the same number.
+ROLLUP_LOCK_KEY = 0x766F6C63616E01  # "volcan" + 1
+# Creating partitions: two writers starting together must not both create the same day.
+PARTITION_LOCK_KEY = 0x766F6C63616E02
+
+
+def partition_name(day: date) -> str:
+    return f"{TABLE}_p{day:%Y%m%d}"
+
+
+def day_start(day: date) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=UTC)
+
+
+def _bound(day: date) -> str:
+    # A literal with its zone: the bound does not depend on the session's TimeZone.
+    return f"'{day:%Y-%m-%d} 00:00:00+00'"
+
+
+def audit_partition_days(cursor: Any) -> list[date]:
+    """The days that have a partition of their own, oldest first (the DEFAULT partition is not one)."""
+    cursor.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                   "WHERE i.inhparent = %s::regclass", [TABLE])
+    days = []
+    for (name,) in cursor.fetchall():
+        match = _NAME.match(name)
+        if match:
+            days.append(date(int(match.group(1)[:4]), int(match.group(1)[4:6]), int(match.group(1)[6:])))
+    return sorted(days)
+
+
+def audit_partitions_create(cursor: Any, *, days_behind: int = DAYS_BEHIND, days_ahead: int = DAYS_AHEAD,
+                            today: date | None = None, lock_timeout_ms: int | None = None) -> list[date]:
+    """Create the missing day partitions from `days_behind` days before today to `days_ahead` after; returns them.
+
+    Rows of those days already in the DEFAULT partition move into their new partition, in the same
+    transaction. ATTACH PARTITION takes SHARE UPDATE EXCLUSIVE on the table: writers and readers go on;
+    only the DEFAULT partition is locked while it is checked for the new day's rows (it is empty
+    when the days are created ahead).
+    """
+    today = today or datetime.now(UTC).date()
+    if lock_timeout_ms is not None:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(lock_timeout_ms)}ms"])
+    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PARTITION_LOCK_KEY])
+    existing = set(audit_partition_days(cursor))
+    created = []
+    for offset in range(-days_behind, days_ahead + 1):
+        day = today + timedelta(days=offset)
+        if day not in existing:
+            partition_create(cursor, day)
+            created.append(day)
+    return created
+
+
+def partition_create(cursor: Any, day: date) -> None:
+    """Create one day's partition, taking that day's rows out of the DEFAULT partition."""
+    name = partition_name(day)
+    low, high = _bound(day), _bound(day + timedelta(days=1))
+    cursor.execute(f'CREATE TABLE "{name}" (LIKE "{TABLE}" INCLUDING DEFAULTS INCLUDING CONSTRAINTS '
+                   "INCLUDING STORAGE INCLUDING COMPRESSION)")
+    # Straight from partition to partition: the table's statement triggers (the rollup) do not fire,
+    # and the rows stay counted once.
+    cursor.execute(f'WITH moved AS (DELETE FROM "{DEFAULT_PARTITION}" WHERE created_at >= {low} '
+                   f'AND created_at < {high} RETURNING *) INSERT INTO "{name}" SELECT * FROM moved')
+    cursor.execute(f'ALTER TABLE "{TABLE}" ATTACH PARTITION "{name}" FOR VALUES FROM ({low}) TO ({high})')
+
+
+def audit_partition_drop(cursor: Any, day: date, *, lock_timeout_ms: int = 5000) -> int:
+    """Detach and drop one day's partition and take its rows out of the rollup; returns the rows dropped.
+
+    The rollup's rows of that UTC day are exactly the partition's rows (the DEFAULT partition holds
+    no row of a day that has a partition), so they are deleted rather than recounted. Under the
+    rollup lock, then DETACH's ACCESS EXCLUSIVE lock on the table for the few catalog changes:
+    writers wait that long (their rows stay spooled meanwhile).
+    """
+    name = partition_name(day)
+    low, high = _bound(day), _bound(day + timedelta(days=1))
+    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(lock_timeout_ms)}ms"])
+    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ROLLUP_LOCK_KEY])
+    cursor.execute(f'ALTER TABLE "{TABLE}" DETACH PARTITION "{name}"')
+    cursor.execute(f"DELETE FROM mutations_auditrollup WHERE hour >= {low} AND hour < {high}")
+    cursor.execute(f"DELETE FROM mutations_auditrollupdaily WHERE day >= {low} AND day < {high} "
+                   "RETURNING admissions")
+    rows = sum(int(n) for (n,) in cursor.fetchall())
+    cursor.execute(f'DROP TABLE "{name}"')
+    return rows

@@ -1,0 +1,128 @@
+"""The audit table's day partitions on PostgreSQL (mutations/audit/partitions.py, migration 0010): created ahead
+by the migration, the command and the writer; a DEFAULT partition so that no write fails; rows at a day's
+boundary in the right day; retention by dropping whole days."""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from mutations.audit import partitions
+from mutations.audit.inserters import PsycopgInserter
+from mutations.models import AdmissionAudit, AuditRollup, AuditRollupDaily
+from tests.mutations.audit.test_rollup import rollups_match_the_table
+
+TABLE = AdmissionAudit._meta.db_table
+
+
+def today():
+    return datetime.now(UTC).date()
+
+
+def partition_days() -> list:
+    with connection.cursor() as cursor:
+        return partitions.audit_partition_days(cursor)
+
+
+def partition_of(uid: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(f'SELECT tableoid::regclass::text FROM "{TABLE}" WHERE request_uid = %s', [uid])
+        return cursor.fetchone()[0]
+
+
+def row_at(moment: datetime, **fields) -> str:
+    uid = str(uuid.uuid4())
+    AdmissionAudit.objects.create(created_at=moment, request_uid=uid, decision="mutated", namespace="team-a",
+                                  vgpu_memory_mib=1024, **fields)
+    return uid
+
+
+@pytest.mark.django_db
+def test_the_table_has_a_partition_per_day_from_yesterday_to_a_week_ahead_and_a_default_one():
+    days = partition_days()
+    wanted = [today() + timedelta(days=n) for n in range(-1, partitions.DAYS_AHEAD + 1)]
+    assert set(wanted) <= set(days)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT partstrat FROM pg_partitioned_table WHERE partrelid = %s::regclass", [TABLE])
+        assert cursor.fetchone() == ("r",)
+        cursor.execute("SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c WHERE relname = %s",
+                       [partitions.DEFAULT_PARTITION])
+        assert cursor.fetchone() == ("DEFAULT",)
+
+
+@pytest.mark.django_db
+def test_a_row_at_a_day_boundary_is_written_to_its_own_day():
+    midnight = partitions.day_start(today())
+    before = row_at(midnight - timedelta(microseconds=1))
+    at = row_at(midnight)
+    assert partition_of(before) == partitions.partition_name(today() - timedelta(days=1))
+    assert partition_of(at) == partitions.partition_name(today())
+    assert AuditRollupDaily.objects.filter(day=midnight).get().admissions == 1
+    assert AuditRollupDaily.objects.filter(day=midnight - timedelta(days=1)).get().admissions == 1
+
+
+@pytest.mark.django_db
+def test_a_row_of_a_day_without_a_partition_goes_to_the_default_one_and_moves_when_the_day_is_created(capsys):
+    moment = datetime.now(UTC) - timedelta(days=20)
+    uid = row_at(moment)
+    assert partition_of(uid) == partitions.DEFAULT_PARTITION
+    call_command("create_audit_partitions", "--days-behind", "25", "--days-ahead", "7")
+    assert "created 24 audit partitions" in capsys.readouterr().out  # 25 days back, less yesterday's
+    assert partition_of(uid) == partitions.partition_name(moment.date())
+    assert AdmissionAudit.objects.filter(request_uid=uid).count() == 1
+    assert sum(AuditRollup.objects.values_list("admissions", flat=True)) == 1 and rollups_match_the_table()
+    call_command("create_audit_partitions", "--days-behind", "25")
+    assert "created 0 audit partitions: none missing" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("arguments, message", [
+    (["--days-ahead", "-1"], "--days-ahead -1 is out of range"),
+    (["--days-behind", "5000"], "--days-behind 5000 is out of range"),
+])
+def test_create_audit_partitions_refuses_days_out_of_range(arguments, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("create_audit_partitions", *arguments)
+
+
+@pytest.mark.django_db
+def test_prune_drops_the_partitions_of_days_that_ended_before_the_cutoff(capsys):
+    call_command("create_audit_partitions", "--days-behind", "6")
+    now = datetime.now(UTC)
+    old = [row_at(now - timedelta(days=d)) for d in (6, 5, 5)]
+    kept = [row_at(now - timedelta(days=d)) for d in (2, 1, 0)]
+    call_command("prune_audit", "--older-than", "3d")
+    out = capsys.readouterr().out
+    boundary = (now - timedelta(days=3)).date()
+    dropped = [d for d in (today() - timedelta(days=n) for n in range(7)) if d < boundary]
+    assert "deleted 3 audit rows" in out and f"{len(dropped)} day partitions dropped" in out
+    assert not set(dropped) & set(partition_days())
+    assert boundary in partition_days()
+    assert not AdmissionAudit.objects.filter(request_uid__in=old).exists()
+    assert AdmissionAudit.objects.filter(request_uid__in=kept).count() == 3
+    assert sum(AuditRollup.objects.values_list("admissions", flat=True)) == 3 and rollups_match_the_table()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_writer_creates_the_days_ahead_that_are_missing():
+    last = today() + timedelta(days=partitions.DAYS_AHEAD)
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP TABLE "{partitions.partition_name(last)}"')
+    assert last not in partition_days()
+    inserter = PsycopgInserter()
+    try:
+        inserter.partitions_create()
+    finally:
+        inserter.close()
+    assert last in partition_days()
+
+
+def test_the_migration_triggers_and_the_code_take_the_same_rollup_lock():
+    migration = importlib.import_module("mutations.migrations.0010_audit_partitioned_by_day")
+    assert migration.ROLLUP_LOCK_KEY == partitions.ROLLUP_LOCK_KEY
+    assert f"pg_advisory_xact_lock({partitions.ROLLUP_LOCK_KEY})" in migration.ROLLUP_FUNCTION
