@@ -47,6 +47,5 @@ class Command(BaseCommand):
         # Whole days only: the rows of the cutoff's own day stay until that day has ended (at most a day
         # longer than the age), and each day goes in one short transaction whatever its size.
         rows, days = audit_prune(cutoff=cutoff, lock_timeout_ms=lock_timeout_ms)
-        self.stdout.write(f"deleted {rows} audit rows of the days before {cutoff:%Y-%m-%d} (UTC), older than "
-                          f"{cutoff:%Y-%m-%d %H:%M} UTC: {days} day partitions dropped, "
-                          f"{time.monotonic() - started:.2f} s")
+        self.stdout.write(f"deleted {rows} audit rows older than {cutoff:%Y-%m-%d %H:%M} UTC (the days before "
+                          f"{cutoff:%Y-%m-%d}): {days} day partitions dropped in {time.monotonic() - started:.2f} s")
