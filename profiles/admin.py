@@ -134,7 +134,7 @@ class PresetAdmin(RefusingDeleteMixin, admin.ModelAdmin):
         (None, {"fields": ["name", "description", "enabled", "is_default"]}),
         ("vGPU", {"fields": ["vgpu_memory_mib", "vgpu_cores_percent", "gpu_model"]}),
         ("Model sizes served (billions of parameters)", {"fields": ["min_model_size_b", "max_model_size_b",
-                                                                    "model_size_gpus"],
+                                                                    "model_size_gpus", "kv_cache_sequences"],
                                                          "description": "From (exclusive) to (inclusive): "
                                                          "a 7B model gets the preset whose range holds 7."}),
         ("CPU and memory (override the namespace policy's defaults)",

@@ -60,6 +60,7 @@ def catalog_build() -> Catalog:
             is_default=row.is_default,
             priority_class=row.priority_class or None,
             model_size_gpus=row.model_size_gpus,
+            kv_cache_sequences=row.kv_cache_sequences,
         )
         if row.is_default and row.enabled:
             default_preset = row.name

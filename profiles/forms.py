@@ -72,7 +72,7 @@ class PresetForm(forms.ModelForm):
         fields = [
             "name", "description", "vgpu_memory_mib", "vgpu_cores_percent", "min_model_size_b", "max_model_size_b",
             "gpu_model", "cpu_request", "cpu_limit", "memory_request", "memory_limit", "priority_class", "enabled",
-            "is_default", "model_size_gpus",
+            "is_default", "model_size_gpus", "kv_cache_sequences",
         ]
         help_texts = {"is_default": "Used where no policy or annotation chooses a preset. Ticking it here moves "
                                     "the default off the current default preset."}

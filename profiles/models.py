@@ -102,6 +102,11 @@ class Preset(TimestampedModel):
         help_text="GPUs a model of this size range is split over at this memory per vGPU (tensor parallelism). "
                   "A Pod chosen by model size with another GPU count gets the per-card figure for its own count.",
     )
+    kv_cache_sequences = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(256)],
+        help_text="Full-length sequences the KV cache is sized for when this preset's Pods are sized from their "
+                  "serving command; empty: the namespace policy's (default 1).",
+    )
 
     class Meta:
         ordering = ["vgpu_memory_mib", "name"]

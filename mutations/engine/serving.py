@@ -92,7 +92,7 @@ _LLAMA_FLAGS = {
 }
 _LLAMA_ENV = {"LLAMA_ARG_MODEL": "model", "LLAMA_ARG_HF_REPO": "model", "LLAMA_ARG_CTX_SIZE": "max_model_len",
               "LLAMA_ARG_N_PARALLEL": "max_num_seqs", "LLAMA_ARG_CACHE_TYPE_K": "kv_cache_dtype"}
-_KSERVE_FLAGS = {**_VLLM_FLAGS, "model-id": "model", "model-dir": "model"}
+_KSERVE_FLAGS = {**_VLLM_FLAGS, "model-id": "model"}  # --model_dir is a local path: the id names the model
 _FLAGS = {VLLM: _VLLM_FLAGS, SGLANG: _SGLANG_FLAGS, TGI: _TGI_FLAGS, LLAMA_CPP: _LLAMA_FLAGS, KSERVE: _KSERVE_FLAGS}
 _ENV = {TGI: _TGI_ENV, LLAMA_CPP: _LLAMA_ENV, KSERVE: {"MODEL_ID": "model"}, VLLM: {}, SGLANG: {}}
 # Flags that take no value (so the next word is not theirs): only those that sit before a model name matter.

@@ -104,7 +104,9 @@ class _Decider:
         if (explicit_memory is None and percentage is None and self.policy.infer_from_serving
                 and self._annotation(ANN_PRESET) is None and self._annotation(ANN_MODEL_SIZE) is None):
             serving = serving_size(containers=self.containers, language_models=self.catalog.language_models,
-                                   card=card or self._default_card(), sequences=self.policy.kv_cache_sequences,
+                                   card=card or self._default_card(),
+                                   sequences=(preset.kv_cache_sequences if preset else None)
+                                   or self.policy.kv_cache_sequences,
                                    warnings=self.warnings)
             if serving is not None:
                 memory_mib, source = serving.memory_mib, serving.source

@@ -91,6 +91,8 @@ class PresetSpec:
     priority_class: str | None = None
     # The GPUs a model of its size range is split over at this memory per vGPU (tensor parallelism).
     model_size_gpus: int = 1
+    # Full-length sequences the KV cache holds when its Pods are sized from the serving command (None: the policy's).
+    kv_cache_sequences: int | None = None
 
     def serves_model_size(self, size_b: float) -> bool:
         if self.min_model_size_b is None and self.max_model_size_b is None:

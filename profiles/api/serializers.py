@@ -65,7 +65,8 @@ class PresetSerializer(serializers.ModelSerializer):
             "id", "name", "description", "vgpu_memory_mib", "vgpu_cores_percent",
             "min_model_size_b", "max_model_size_b", "gpu_model",
             "cpu_request", "cpu_limit", "memory_request", "memory_limit", "priority_class",
-            "model_size_gpus", "enabled", "is_default", "default_for_policies_count", "allowed_in_policies_count",
+            "model_size_gpus", "kv_cache_sequences", "enabled", "is_default", "default_for_policies_count",
+            "allowed_in_policies_count",
             "created_at", "updated_at",
         ]
         read_only_fields = ["created_at", "updated_at"]

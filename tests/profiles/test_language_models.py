@@ -140,3 +140,23 @@ def test_admin_refuses_a_clashing_identifier(staff_client):
     data = {**new_model(identifiers="Qwen/Qwen2.5-7B-Instruct"), "dtype": "bf16", "sliding_window_layers": 0}
     response = staff_client.post("/admin/profiles/languagemodel/add/", data)
     assert response.status_code == 200 and b"already means catalog entry Qwen2.5-7B-Instruct" in response.content
+
+
+@pytest.mark.parametrize("url, fields, field", [
+    ("/api/v1/presets/", {"name": "x", "vgpu_memory_mib": 8192, "kv_cache_sequences": 0}, "kv_cache_sequences"),
+    ("/api/v1/presets/", {"name": "x", "vgpu_memory_mib": 8192, "model_size_gpus": 0}, "model_size_gpus"),
+    ("/api/v1/namespace-policies/", {"namespace": "x", "kv_cache_sequences": 1000}, "kv_cache_sequences"),
+])
+def test_sizing_settings_out_of_range_are_a_400_naming_the_field(operator_api, url, fields, field):
+    response = operator_api.post(url, fields, format="json")
+    assert response.status_code == 400 and field in response.json(), response.json()
+
+
+def test_a_policy_switches_sizing_from_the_serving_command_off(operator_api, post_review,
+                                                               django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        created = operator_api.post("/api/v1/namespace-policies/", {"namespace": "team-a", "default_preset": "default",
+                                                                    "infer_from_serving": False}, format="json")
+    assert created.status_code == 201, created.json()
+    body = post_review(pods.review(vllm_pod("Qwen/Qwen2.5-7B-Instruct"))).json()["response"]
+    assert AdmissionAudit.objects.get().source == "namespace policy team-a" and body["allowed"]

@@ -222,3 +222,12 @@ def test_malformed_container_fields_never_break_sizing(body):
     pod["spec"]["containers"][0].update(body)
     result = run(pod)
     assert result.decision in (Decision.MUTATED, Decision.DENIED)
+
+
+def test_a_presets_kv_cache_sequences_beat_the_policys():
+    pod = server_pod(args=["--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "8192"])
+    presets = {**PRESETS, "default": PresetSpec("default", 16384, is_default=True, kv_cache_sequences=3)}
+    catalog = Catalog(presets=presets, gpu_models=CATALOG.gpu_models, default_preset="default",
+                      language_models=INDEX)
+    result = run(pod, policy=PolicySpec(default_preset="default", kv_cache_sequences=2), catalog=catalog)
+    assert result.grants[0].sizing["kv_tokens"] == 3 * 8192
