@@ -1,6 +1,7 @@
 """manage.py show_model_grants prints the README's table of seeded models from the catalog."""
 
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -31,3 +32,8 @@ def test_a_smaller_card_and_an_unknown_model():
     assert row.endswith("| 2,560 | 2,816 |")
     with pytest.raises(CommandError, match="not in the catalog: Nope-1B"):
         grants("--model", "Nope-1B")
+
+
+def test_the_readme_table_is_the_commands_output():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "\n".join(grants()) in readme, "regenerate the README's table with: python manage.py show_model_grants"
