@@ -76,6 +76,13 @@ class AdmissionAudit(models.Model):
         help_text="Per container as the Pod arrived: name, init, and its resources (limits/requests).",
     )
     patch = StoredJSONField(default=list)
+    # For a denial (and what an audit-only policy would deny): what the Pod asked for, where the number came
+    # from, every rule broken with its policy, and the fixes (mutations/engine/explain.py). NULL for the
+    # other decisions: nothing to explain, and the cheapest value to write.
+    explanation = StoredJSONField(
+        null=True, blank=True, default=None,
+        help_text="For a denial: what was asked for, where the size came from, every rule broken, and fixes.",
+    )
     warnings = StoredJSONField(default=list)
     dry_run = models.BooleanField(default=False)
     duration_ms = models.FloatField(default=0)
@@ -118,6 +125,13 @@ class AdmissionAudit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision} {self.namespace}/{self.pod_name or self.generate_name} ({self.request_uid})"
+
+    @property
+    def decision_label(self) -> str:
+        """The decision as an operator reads it: an audit-only row is a rehearsal, "would deny" or "would apply"."""
+        if self.decision != Decision.AUDIT_ONLY.value:
+            return self.decision
+        return "would deny" if self.reason.startswith("would deny") else "would apply"
 
 
 class AuditRollup(models.Model):

@@ -65,4 +65,6 @@ def preview_answer(preview: Preview) -> JsonObject:
         "queue": result.queue,
         "priority_class": result.priority_class,
         "config_version": preview.config_version,
+        # For a denial (or what an audit-only policy would deny): every rule broken and the fixes.
+        "explanation": result.explanation,
     }

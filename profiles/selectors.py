@@ -73,12 +73,24 @@ def pod_yaml_diff(*, before: JsonObject, after: JsonObject, before_name: str = "
 
 
 def configuration_names() -> dict[str, list[str]]:
-    """Preset names and exact policy namespaces, for the history's filter menus (small tables, not the audit)."""
+    """Preset names, policies and exact policy namespaces, for the history's filter menus (small tables)."""
+    policies = list(NamespacePolicy.objects.order_by("namespace").values_list("namespace", flat=True))
     return {
         "presets": list(Preset.objects.order_by("name").values_list("name", flat=True)),
-        "namespaces": [n for n in NamespacePolicy.objects.order_by("namespace").values_list("namespace", flat=True)
-                       if not is_namespace_pattern(n)],
+        "namespaces": [n for n in policies if not is_namespace_pattern(n)],
+        "policies": policies,
     }
+
+
+def namespace_policy_named(*, namespace: str) -> NamespacePolicy | None:
+    """The policy whose namespace (or pattern) is exactly this, with its presets; None when there is none."""
+    return (NamespacePolicy.objects.select_related("default_preset").prefetch_related("allowed_presets")
+            .filter(namespace=namespace).first())
+
+
+def preset_named(*, name: str) -> Preset | None:
+    """The preset of this name, with its GPU model; None when there is none."""
+    return Preset.objects.select_related("gpu_model").filter(name=name).first()
 
 
 def namespace_quota_list() -> list[JsonObject]:

@@ -9,13 +9,20 @@ from django.db.models import Q, QuerySet
 from ..engine import Decision
 from ..models import AdmissionAudit
 
+# Audit-only rows are rehearsals: what enforce would deny and what it would apply, told apart by the reason
+# the engine writes ("would deny: ..." / "would apply: ...").
+WOULD_DENY, WOULD_APPLY = "would-deny", "would-apply"
+DECISION_CHOICES = [(d.value, d.value) for d in Decision] + [
+    (WOULD_DENY, "audit-only: would deny"), (WOULD_APPLY, "audit-only: would apply")]
+
 
 class AuditFilter(django_filters.FilterSet):
     """namespace, decision, preset, user, a time range and a piece of the Pod's name."""
 
     namespace = django_filters.CharFilter(field_name="namespace", help_text="Exact namespace.")
-    decision = django_filters.ChoiceFilter(field_name="decision", choices=[(d.value, d.value) for d in Decision],
+    decision = django_filters.ChoiceFilter(method="filter_decision", choices=DECISION_CHOICES,
                                            empty_label="any decision")
+    policy = django_filters.CharFilter(field_name="policy_name", help_text="Exact namespace policy (name or pattern).")
     preset = django_filters.CharFilter(field_name="preset_name", help_text="Exact preset name.")
     user = django_filters.CharFilter(field_name="username", help_text="Exact requesting user.")
     since = django_filters.IsoDateTimeFilter(
@@ -32,6 +39,14 @@ class AuditFilter(django_filters.FilterSet):
     class Meta:
         model = AdmissionAudit
         fields: list[str] = []
+
+    def filter_decision(self, queryset: QuerySet[AdmissionAudit], name: str, value: str) -> QuerySet[AdmissionAudit]:
+        # The rehearsal filters read the decision index, then the reason's prefix of each audit-only row.
+        if value == WOULD_DENY:
+            return queryset.filter(decision=Decision.AUDIT_ONLY.value, reason__startswith="would deny")
+        if value == WOULD_APPLY:
+            return queryset.filter(decision=Decision.AUDIT_ONLY.value).exclude(reason__startswith="would deny")
+        return queryset.filter(decision=value)
 
     def filter_pod_name(self, queryset: QuerySet[AdmissionAudit], name: str,
                         value: str) -> QuerySet[AdmissionAudit]:

@@ -11,4 +11,6 @@ urlpatterns = [
     path("history.csv", views.export_csv, name="export"),
     path("admissions/<int:audit_id>/", views.detail, name="detail"),
     path("budgets/", views.budgets, name="budgets"),
+    path("policies/<path:name>/", views.policy, name="policy"),
+    path("presets/<str:name>/", views.preset, name="preset"),
 ]

@@ -13,13 +13,14 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from injector_site.database import session_database
-from profiles.selectors import configuration_names, namespace_quota_list
+from profiles.selectors import configuration_names, namespace_policy_named, namespace_quota_list, preset_named
 
 from ..audit import audit_backlog_rows, selectors
-from ..audit.filters import AuditFilter
+from ..audit.filters import DECISION_CHOICES, WOULD_DENY, AuditFilter
 from ..engine import Decision
 from ..engine.jsonpatch import unescape
 from ..engine.scheduling import QUEUE_ANNOTATION
@@ -29,7 +30,7 @@ from . import charts
 from .resources import resources_side_by_side
 
 logger = logging.getLogger("volcano_injector.dashboard")
-FILTER_KEYS = ("namespace", "decision", "preset", "user", "since", "until", "q")
+FILTER_KEYS = ("namespace", "decision", "preset", "policy", "user", "since", "until", "q")
 # A CSV export stops here: enough for any investigation, bounded for the database and the browser.
 EXPORT_MAX_ROWS = 100_000
 CSV_COLUMNS = ["created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name", "owner_kind",
@@ -126,7 +127,7 @@ def history(request):
         request, form=form, page=page, errors=errors, sort=sort, sorts=selectors.SORTS,
         query=query.urlencode(), filters=filters,
         export_query=_urlencode({**filters, **({"sort": sort} if sort != selectors.DEFAULT_SORT else {})}),
-        choices=configuration_names(), decisions=[d.value for d in Decision],
+        choices=configuration_names(), decisions=DECISION_CHOICES,
     )
     return render(request, "dashboard/history.html", context, status=400 if errors else 200)
 
@@ -144,6 +145,41 @@ def detail(request, audit_id: int):
         scheduling=scheduling_from_patch(row.patch), problem=row.decision in selectors.PROBLEM_DECISIONS,
     )
     return render(request, "dashboard/detail.html", context)
+
+
+# Rows a policy's or preset's page lists, newest first (each list is one indexed query).
+CONFIGURATION_PAGE_ROWS = 10
+
+
+@require_GET
+@audit_viewer_required
+def policy(request, name: str):
+    """A namespace policy as the audit sees it: its settings, its latest admissions and denials, and links."""
+    found = namespace_policy_named(namespace=name)
+    return _configuration_page(request, kind="policy", name=name, filter_key="policy", obj=found,
+                               admin_url=reverse("admin:profiles_namespacepolicy_change", args=[found.pk])
+                               if found else None)
+
+
+@require_GET
+@audit_viewer_required
+def preset(request, name: str):
+    """A preset as the audit sees it: its size, the latest admissions it sized and denials that named it."""
+    found = preset_named(name=name)
+    return _configuration_page(request, kind="preset", name=name, filter_key="preset", obj=found,
+                               admin_url=reverse("admin:profiles_preset_change", args=[found.pk]) if found else None)
+
+
+def _configuration_page(request, *, kind: str, name: str, filter_key: str, obj, admin_url: str | None):
+    def rows(**extra: str) -> list[AdmissionAudit]:
+        return selectors.audit_page(filters={filter_key: name, **extra}, size=CONFIGURATION_PAGE_ROWS).rows
+
+    context = _context(
+        request, kind=kind, name=name, obj=obj, admin_url=admin_url,
+        recent=rows(), denials=rows(decision=Decision.DENIED.value), would_deny=rows(decision=WOULD_DENY),
+        history_url=f"{reverse('dashboard:history')}?{urlencode({filter_key: name})}", filter_key=filter_key,
+    )
+    return render(request, "dashboard/configuration.html", context)
 
 
 @require_GET

@@ -49,10 +49,12 @@ def annotation_read(annotations: JsonObject, key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise Denial(f"metadata.annotations[{key}]", f"annotation {key} must be a string")
+        raise Denial(f"metadata.annotations[{key}]", f"annotation {key} must be a string", rule="annotation.value",
+                     fix=f"write {key} as a string (quote it in YAML)")
     if len(value) > MAX_ANNOTATION_CHARS:
         raise Denial(f"metadata.annotations[{key}]",
-                     f"annotation {key} is {len(value)} characters long; accepted: at most {MAX_ANNOTATION_CHARS}")
+                     f"annotation {key} is {len(value)} characters long; accepted: at most {MAX_ANNOTATION_CHARS}",
+                     rule="annotation.value", fix=f"shorten {key} to at most {MAX_ANNOTATION_CHARS} characters")
     return value.strip()
 
 
@@ -65,6 +67,7 @@ def model_size_parse(value: str) -> float:
             f"metadata.annotations[{ANN_MODEL_SIZE}]",
             f"annotation {ANN_MODEL_SIZE}: {value!r} is not a model size; use the number of parameters "
             "with B for billions or M for millions, e.g. 7B, 1.5B, 70b, 350M",
+            rule="annotation.value", fix=f"set {ANN_MODEL_SIZE} to the parameter count, such as 7B or 350M",
         )
     return size_b
 
@@ -76,14 +79,16 @@ def vgpu_memory_parse(value: str) -> int:
     try:
         number = parse_quantity(value)
     except QuantityError:
-        raise Denial(field, f"annotation {ANN_VGPU_MEMORY}: {value!r} is not a memory size; use {accepted}") from None
+        raise Denial(field, f"annotation {ANN_VGPU_MEMORY}: {value!r} is not a memory size; use {accepted}",
+                     rule="annotation.value", fix=f"set {ANN_VGPU_MEMORY} to {accepted}") from None
     if re.fullmatch(r"\s*[0-9]+\s*", value):
         mib = int(number)
     else:
         mib = bytes_to_mib_ceil(number)
     if number <= 0 or mib <= 0 or mib > MAX_VGPU_MEMORY_MIB:
         raise Denial(field, f"annotation {ANN_VGPU_MEMORY}: {value!r} is out of range; accepted: "
-                            f"1-{MAX_VGPU_MEMORY_MIB} MiB per vGPU, as {accepted}")
+                            f"1-{MAX_VGPU_MEMORY_MIB} MiB per vGPU, as {accepted}",
+                     rule="annotation.value", fix=f"set {ANN_VGPU_MEMORY} to 1-{MAX_VGPU_MEMORY_MIB} MiB")
     return mib
 
 
@@ -93,6 +98,7 @@ def memory_percentage_parse(value: str) -> int:
         raise Denial(
             f"metadata.annotations[{ANN_VGPU_MEMORY_PERCENTAGE}]",
             f"annotation {ANN_VGPU_MEMORY_PERCENTAGE}: {value!r} is not a percentage; use a whole number 1-100",
+            rule="annotation.value", fix=f"set {ANN_VGPU_MEMORY_PERCENTAGE} to a whole number 1-100",
         )
     return int(value)
 
@@ -104,5 +110,6 @@ def cores_parse(value: str) -> int:
             f"metadata.annotations[{ANN_VGPU_CORES}]",
             f"annotation {ANN_VGPU_CORES}: {value!r} is not a percentage of a card's compute; "
             "use a whole number 0-100 (100 is the whole card)",
+            rule="annotation.value", fix=f"set {ANN_VGPU_CORES} to a whole number 0-100",
         )
     return int(value)

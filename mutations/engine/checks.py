@@ -38,45 +38,62 @@ def pod_size_check(*, spec: JsonObject) -> None:
         raise Denial(
             "spec.containers",
             f"the Pod has {count} containers and init containers; volcano-injector handles at most "
-            f"{MAX_CONTAINERS_PER_POD} per Pod",
+            f"{MAX_CONTAINERS_PER_POD} per Pod", fix="split the work across Pods",
         )
 
 
 def privileged_check(*, spec: JsonObject, containers: list[Container], policy: PolicySpec) -> None:
     """Deny a GPU Pod that could reach every GPU of its node past its vGPUs, when the policy says so."""
+    problems = privileged_violations(spec=spec, containers=containers, policy=policy)
+    if problems:
+        raise Denial.of(problems)
+
+
+def privileged_violations(*, spec: JsonObject, containers: list[Container], policy: PolicySpec) -> list[Denial]:
+    """Every way a GPU Pod could reach every GPU of its node past its vGPUs, when the policy denies it."""
     if not policy.deny_privileged:
-        return
+        return []
     why = (f"it would see every GPU on the node and escape vGPU memory isolation, so namespace policy "
            f"{policy.namespace!r} denies it in GPU Pods")
+    found: list[Denial] = []
     for container in containers:
         context = container.body.get("securityContext") or {}
         if isinstance(context, dict) and context.get("privileged") is True:
-            raise Denial(
+            found.append(_privileged(
                 f"{container.path}.securityContext.privileged",
                 f"container {container.name!r} is privileged; a privileged container sees every GPU on the node "
                 f"and escapes vGPU memory isolation, so namespace policy {policy.namespace!r} denies it in "
                 "GPU Pods: remove securityContext.privileged",
-            )
-        _capabilities_check(container, context, why)
-        _environment_check(container, why)
-    _host_paths_check(spec, why)
+                policy, f"remove securityContext.privileged from container {container.name!r}",
+            ))
+        found += _capabilities_check(container, context, why, policy)
+        found += _environment_check(container, why, policy)
+    return found + _host_paths_check(spec, why, policy)
 
 
-def _capabilities_check(container: Container, context: object, why: str) -> None:
+def _privileged(field: str, message: str, policy: PolicySpec, fix: str) -> Denial:
+    return Denial(field, message, rule="policy.deny_privileged", policy=policy.namespace, fix=fix)
+
+
+def _capabilities_check(container: Container, context: object, why: str, policy: PolicySpec) -> list[Denial]:
     capabilities = context.get("capabilities") if isinstance(context, dict) else None
     added = capabilities.get("add") if isinstance(capabilities, dict) else None
+    found = []
     for index, name in enumerate(added if isinstance(added, list) else ()):
         normal = str(name).strip().upper().removeprefix("CAP_")
         if normal in _DEVICE_CAPABILITIES:
-            raise Denial(
+            found.append(_privileged(
                 f"{container.path}.securityContext.capabilities.add[{index}]",
                 f"container {container.name!r} adds capability {name!r}, which reaches the node's devices "
                 f"directly; {why}: remove it from securityContext.capabilities.add",
-            )
+                policy, f"remove {name!r} from securityContext.capabilities.add of container {container.name!r}",
+            ))
+    return found
 
 
-def _environment_check(container: Container, why: str) -> None:
+def _environment_check(container: Container, why: str, policy: PolicySpec) -> list[Denial]:
     env = container.body.get("env")
+    found = []
     for index, variable in enumerate(env if isinstance(env, list) else ()):
         if not isinstance(variable, dict):
             continue
@@ -85,24 +102,28 @@ def _environment_check(container: Container, why: str) -> None:
         text = value.strip().lower() if isinstance(value, str) else None
         if name == "NVIDIA_VISIBLE_DEVICES" and (text is None or text not in _NO_DEVICES):
             shown = repr(value) if text is not None else "a value from elsewhere (valueFrom)"
-            raise Denial(
+            found.append(_privileged(
                 field,
                 f"container {container.name!r} sets NVIDIA_VISIBLE_DEVICES to {shown}; the NVIDIA runtime then "
                 f"exposes those GPUs whatever vGPUs were allocated, and {why}: remove it (the vGPU device plugin "
                 "sets it)",
-            )
+                policy, f"remove NVIDIA_VISIBLE_DEVICES from the env of container {container.name!r}",
+            ))
         if name == "NVIDIA_DRIVER_CAPABILITIES" and (text is None or "all" in text.replace(" ", "").split(",")):
             shown = repr(value) if text is not None else "a value from elsewhere (valueFrom)"
-            raise Denial(
+            found.append(_privileged(
                 field,
                 f"container {container.name!r} sets NVIDIA_DRIVER_CAPABILITIES to {shown}, every driver "
                 f"capability of the node's devices; {why}: remove it or name only what it needs, "
                 "such as compute,utility",
-            )
+                policy, f"set NVIDIA_DRIVER_CAPABILITIES of container {container.name!r} to compute,utility",
+            ))
+    return found
 
 
-def _host_paths_check(spec: JsonObject, why: str) -> None:
+def _host_paths_check(spec: JsonObject, why: str, policy: PolicySpec) -> list[Denial]:
     volumes = spec.get("volumes")
+    found = []
     for index, volume in enumerate(volumes if isinstance(volumes, list) else ()):
         host_path = volume.get("hostPath") if isinstance(volume, dict) else None
         path = host_path.get("path") if isinstance(host_path, dict) else None
@@ -112,16 +133,26 @@ def _host_paths_check(spec: JsonObject, why: str) -> None:
         reaches = any(normal == device or device.startswith(normal.rstrip("/") + "/") or
                       normal.startswith(device + "/") for device in _DEVICE_PATHS)
         if reaches or any(_DRIVER_NAME.match(part) for part in normal.split("/")):
-            raise Denial(
+            found.append(_privileged(
                 f"spec.volumes[{index}].hostPath.path",
                 f"volume {volume.get('name')!r} mounts {path!r} from the node, which holds its GPU devices or "
                 f"the NVIDIA driver; {why}: remove the hostPath volume",
-            )
+                policy, f"remove the hostPath volume {volume.get('name')!r}",
+            ))
+    return found
 
 
 def policy_limits_check(*, gpu_containers: list[Container], policy: PolicySpec) -> None:
     """Deny vGPU values Volcano cannot read, and more vGPUs per Pod or MiB per vGPU than the policy allows."""
+    problems = policy_limit_violations(gpu_containers=gpu_containers, policy=policy)
+    if problems:
+        raise Denial.of(problems)
+
+
+def policy_limit_violations(*, gpu_containers: list[Container], policy: PolicySpec) -> list[Denial]:
+    """vGPU values Volcano cannot read (raised at once), and every limit of the policy the Pod goes past."""
     regular, init = 0, 0
+    found: list[Denial] = []
     for container in gpu_containers:
         limits = resource_map(container, "limits")
         number = _whole(container, limits, VGPU_NUMBER)
@@ -129,7 +160,8 @@ def policy_limits_check(*, gpu_containers: list[Container], policy: PolicySpec) 
             raise Denial(
                 f"{container.path}.resources.limits[{VGPU_NUMBER}]",
                 f"container {container.name!r}: {VGPU_NUMBER}: {limits[VGPU_NUMBER]!r} is out of range; "
-                f"accepted: 0-{MAX_VGPUS_PER_POD}",
+                f"accepted: 0-{MAX_VGPUS_PER_POD}", rule="volcano.value",
+                fix=f"ask for at most {MAX_VGPUS_PER_POD} vGPUs",
             )
         if container.init:
             init = max(init, number)
@@ -140,29 +172,35 @@ def policy_limits_check(*, gpu_containers: list[Container], policy: PolicySpec) 
             raise Denial(
                 f"{container.path}.resources.limits[{VGPU_CORES}]",
                 f"container {container.name!r}: {VGPU_CORES}: {limits[VGPU_CORES]!r} is not a percentage; "
-                "use a whole number 0-100 (100 is the whole card)",
+                "use a whole number 0-100 (100 is the whole card)", rule="volcano.value",
+                fix=f"set {VGPU_CORES} to a whole number 0-100",
             )
         cap = policy.max_vgpu_memory_mib
         if cap is not None and memory is not None and memory > cap:
-            raise Denial(
+            found.append(Denial(
                 f"{container.path}.resources.limits[{VGPU_MEMORY}]",
                 f"container {container.name!r} asks for {memory} MiB per vGPU; namespace policy "
                 f"{policy.namespace!r} allows at most {cap} MiB per vGPU",
-            )
+                rule="policy.max_vgpu_memory_mib", policy=policy.namespace,
+            ))
     # Init containers run one at a time before the others: the Pod needs the larger of the two.
     total = max(regular, init)
     if regular > MAX_VGPUS_PER_POD:
         raise Denial(
             f"spec.containers[*].resources.limits[{VGPU_NUMBER}]",
-            f"the Pod asks for {regular} vGPUs; accepted: at most {MAX_VGPUS_PER_POD} per Pod",
+            f"the Pod asks for {regular} vGPUs; accepted: at most {MAX_VGPUS_PER_POD} per Pod", rule="volcano.value",
+            fix=f"ask for at most {MAX_VGPUS_PER_POD} vGPUs in the Pod",
         )
     cap = policy.max_vgpus_per_pod
     if cap is not None and total > cap:
-        raise Denial(
+        found.append(Denial(
             f"spec.containers[*].resources.limits[{VGPU_NUMBER}]",
             f"the Pod asks for {total} vGPUs; namespace policy {policy.namespace!r} allows at most "
-            f"{cap} per Pod",
-        )
+            f"{cap} per Pod", rule="policy.max_vgpus_per_pod", policy=policy.namespace,
+            fix=f"ask for at most {cap} GPU(s) in the Pod (nvidia.com/gpu, all containers together), or split "
+                "the work across Pods",
+        ))
+    return found
 
 
 def _plain_mib(container: Container, value: object) -> int:
@@ -174,13 +212,15 @@ def _plain_mib(container: Container, value: object) -> int:
         raise Denial(
             field,
             f"container {container.name!r}: {VGPU_MEMORY}: {value!r} must be a plain integer of MiB such as "
-            "16384 (a quantity like 16Gi is read as bytes by the scheduler)",
+            "16384 (a quantity like 16Gi is read as bytes by the scheduler)", rule="volcano.value",
+            fix=f"write {VGPU_MEMORY} as a plain integer of MiB, or ask for nvidia.com/gpu and let the webhook size it",
         )
     if not 1 <= int(text) <= MAX_VGPU_MEMORY_MIB:
         raise Denial(
             field,
             f"container {container.name!r}: {VGPU_MEMORY}: {value!r} is out of range; accepted: "
-            f"1-{MAX_VGPU_MEMORY_MIB} MiB per vGPU",
+            f"1-{MAX_VGPU_MEMORY_MIB} MiB per vGPU", rule="volcano.value",
+            fix=f"set {VGPU_MEMORY} to 1-{MAX_VGPU_MEMORY_MIB} MiB",
         )
     return int(text)
 
@@ -190,7 +230,9 @@ def _whole(container: Container, limits: JsonObject, key: str) -> int:
     try:
         value = parse_quantity(limits[key])
     except QuantityError as exc:
-        raise Denial(field, f"{field}: {exc}; use a whole number") from None
+        raise Denial(field, f"{field}: {exc}; use a whole number", rule="volcano.value",
+                     fix=f"write {key} as a whole number") from None
     if value != value.to_integral_value() or value < 0:
-        raise Denial(field, f"{field}: {limits[key]!r} must be a whole, non-negative number")
+        raise Denial(field, f"{field}: {limits[key]!r} must be a whole, non-negative number", rule="volcano.value",
+                     fix=f"write {key} as a whole, non-negative number")
     return int(value)

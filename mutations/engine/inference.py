@@ -117,7 +117,7 @@ def serving_size(*, containers: list[Container], language_models: dict[str, Lang
             _, sizing, earlier, said = remembered
             warnings.extend(said)
             if earlier is not None:
-                raise Denial(earlier.field, earlier.message)
+                raise Denial(earlier.field, earlier.message, rule=earlier.rule, fix=earlier.fix)
             if sizing is _NOT_A_SERVER:
                 continue
             return sizing if isinstance(sizing, ServingSizing) else None
@@ -190,7 +190,7 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
             f"{who} runs {command.engine} over {parallel} GPUs (tensor parallel {command.tensor_parallel or 1} x "
             f"pipeline parallel {command.pipeline_parallel or 1}) but asks for {gpus} {GPU_RESOURCE}: the server "
             f"sees only the vGPUs it is given and would fail at start; ask for {GPU_RESOURCE}: {parallel}, or lower "
-            "the parallel size"))
+            "the parallel size"), fix=f"ask for {GPU_RESOURCE}: {parallel}, or lower the parallel size")
     if parallel < gpus:
         warnings.append(f"{who} asks for {gpus} GPUs but {command.engine} uses {parallel} "
                         f"(--tensor-parallel-size x pipeline); each vGPU is sized for the {parallel}-way split")
@@ -219,7 +219,7 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
                         "with a conservative estimate; add the model to the catalog (/api/v1/models/) for a "
                         "grant that follows its architecture and context")
     if card is not None and need.per_card_mib > card.memory_mib:
-        raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel))
+        raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel), rule="gpu.card_memory")
     source = f"serving command: {served} ({how})"
     warnings.append(f"{who}: {served} ({how}, {parallel} GPU(s)): {need.breakdown()}")
     if model is not None and need.context_dominates:

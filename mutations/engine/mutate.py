@@ -26,9 +26,10 @@ from .annotations import (
     annotation_read,
     is_true,
 )
-from .checks import pod_size_check, policy_limits_check, privileged_check
+from .checks import pod_size_check, policy_limit_violations, privileged_check, privileged_violations
 from .defaults import cpu_memory_fill
 from .denial import Denial
+from .explain import denial_explain
 from .pod import Container, asks_for_gpu, containers_read, has_vgpu, resource_map, resources_store, working_copy
 from .quantity import QuantityError, parse_quantity
 from .scheduling import budget_notes, priority_class_apply, queue_apply
@@ -83,13 +84,16 @@ def mutate_pod(pod: JsonObject, ctx: MutationContext) -> MutationResult:
 
 def _denied(pod: object, ctx: MutationContext, denial: Denial) -> MutationResult:
     policy = ctx.policy
+    explanation = denial_explain(denial, pod=pod, policy=policy, catalog=ctx.catalog)
+    reason = explanation["summary"]
     if policy.mode is Mode.AUDIT_ONLY:
         return MutationResult(
-            Decision.AUDIT_ONLY, pod if isinstance(pod, dict) else {}, f"would deny: {denial.message}",
-            policy.namespace, field=denial.field,
+            Decision.AUDIT_ONLY, pod if isinstance(pod, dict) else {}, f"would deny: {reason}",
+            policy.namespace, field=denial.field, explanation=explanation,
         )
     return MutationResult(
-        Decision.DENIED, pod if isinstance(pod, dict) else {}, denial.message, policy.namespace, field=denial.field
+        Decision.DENIED, pod if isinstance(pod, dict) else {}, reason, policy.namespace, field=denial.field,
+        explanation=explanation,
     )
 
 
@@ -115,15 +119,21 @@ class _Mutation:
         to_convert = [c for c in containers if asks_for_gpu(c)]
         sizing = None
         if to_convert:
-            sizing = sizing_decide(annotations=self.annotations, policy=self.policy, catalog=self.catalog,
-                                   warnings=self.warnings, containers=to_convert)
-            for container in to_convert:
-                self._convert(container, sizing)
+            try:
+                sizing = sizing_decide(annotations=self.annotations, policy=self.policy, catalog=self.catalog,
+                                       warnings=self.warnings, containers=to_convert)
+                for container in to_convert:
+                    self._convert(container, sizing)
+            except Denial as denial:  # the user learns every rule the Pod breaks at once, not one per try
+                denial.joined(privileged_violations(spec=spec, containers=containers, policy=self.policy))
+                raise
         gpu_containers = [c for c in containers if VGPU_NUMBER in resource_map(c, "limits")]
         is_gpu_pod = bool(gpu_containers)
         if is_gpu_pod:
-            privileged_check(spec=spec, containers=containers, policy=self.policy)
-            policy_limits_check(gpu_containers=gpu_containers, policy=self.policy)
+            problems = privileged_violations(spec=spec, containers=containers, policy=self.policy)
+            problems += policy_limit_violations(gpu_containers=gpu_containers, policy=self.policy)
+            if problems:
+                raise Denial.of(problems, sizing=sizing)
             defaults = sizing.resources if sizing else self.policy.resources
             for container in gpu_containers:
                 cpu_memory_fill(container=container, defaults=defaults, warnings=self.warnings)
@@ -167,6 +177,7 @@ class _Mutation:
             raise Denial(
                 f"{container.path}.resources",
                 f"container {container.name!r} asks for both {GPU_RESOURCE} and {VGPU_NUMBER}; keep one of them",
+                fix=f"remove {VGPU_NUMBER} from container {container.name!r} and keep {GPU_RESOURCE}",
             )
         limits = {k: v for k, v in limits.items() if k != GPU_RESOURCE}
         if requests is not None:
@@ -223,13 +234,15 @@ class _Mutation:
         field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
         if count == count.to_integral_value():
             if count > 1024:
-                raise Denial(field, f"container {container.name!r}: {count} GPUs is not a plausible request")
+                raise Denial(field, f"container {container.name!r}: {count} GPUs is not a plausible request",
+                             fix=f"ask for the number of GPUs the container uses ({GPU_RESOURCE})")
             return int(count), sizing.vgpu_memory_mib, sizing.vgpu_cores_percent
         if count > 1:
             raise Denial(
                 field,
                 f"container {container.name!r}: {GPU_RESOURCE}: {format(count.normalize(), 'f')} is neither whole "
                 "nor below 1; use a whole number of GPUs, or a fraction such as 500m for part of one card",
+                rule="gpu.fraction", fix=f"set {GPU_RESOURCE} to a whole number, or a fraction below 1 such as 500m",
             )
         card = sizing.gpu_model
         if card is None:
@@ -239,6 +252,7 @@ class _Mutation:
                 f"container {container.name!r}: a fractional {GPU_RESOURCE} ({format(count.normalize(), 'f')}) "
                 f"needs a known GPU model to size it: set {ANN_GPU_TYPE} to one of: {known}, "
                 "or use a preset with a GPU model",
+                rule="gpu.fraction", fix=f"set {ANN_GPU_TYPE} to one of: {known}, or use a preset with a GPU model",
             )
         memory_mib = max(1, int(card.memory_mib * count))
         cores = annotation_read(self.annotations, ANN_VGPU_CORES)

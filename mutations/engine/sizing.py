@@ -124,12 +124,17 @@ class _Decider:
                 "no vGPU memory could be decided: no preset is configured for this namespace and the Pod sets "
                 f"none of {ANN_VGPU_MEMORY}, {ANN_VGPU_MEMORY_PERCENTAGE}, {ANN_PRESET}, {ANN_MODEL_SIZE}; "
                 "ask your cluster operator to set a default preset",
+                rule="policy.default_preset", policy=self.policy.namespace,
+                fix=f"set {ANN_PRESET} or {ANN_VGPU_MEMORY}, or ask your cluster operator to set a default preset",
             )
         if card is not None and memory_mib > card.memory_mib:
             raise Denial(
                 f"metadata.annotations[{ANN_VGPU_MEMORY}]",
                 f"{source}: vGPU memory {memory_mib} MiB is more than a {card.name} card has ({card.memory_mib} MiB); "
                 f"ask for at most {card.memory_mib} MiB per vGPU, or more vGPUs",
+                rule="gpu.card_memory",
+                fix=f"ask for at most {card.memory_mib} MiB per vGPU ({ANN_VGPU_MEMORY}), or for more GPUs with "
+                    "less memory each",
             )
         cores = self._cores(preset)
         resources = self.policy.resources
@@ -166,6 +171,7 @@ class _Decider:
             raise Denial(
                 f"metadata.annotations[{ANN_GPU_TYPE}]",
                 f"annotation {ANN_GPU_TYPE}: {name!r} is not a known GPU model; accepted: {self._known_cards()}",
+                rule="annotation.value", fix=f"set {ANN_GPU_TYPE} to one of: {self._known_cards()}",
             )
         return model
 
@@ -219,16 +225,26 @@ class _Decider:
         usable = sorted(p.name for p in self.catalog.presets.values() if p.enabled and self.policy.allows(p.name))
         accepted = ", ".join(usable) or "none"
         if preset is None:
-            raise Denial(field, f"{what}: {name!r} is not a preset; accepted: {accepted}")
+            raise Denial(field, f"{what}: {name!r} is not a preset; accepted: {accepted}", rule="preset.unknown",
+                         fix=self._preset_fix(accepted))
         if not preset.enabled:
-            raise Denial(field, f"{what}: preset {name!r} is disabled; accepted: {accepted}")
+            raise Denial(field, f"{what}: preset {name!r} is disabled; accepted: {accepted}", rule="preset.disabled",
+                         fix=self._preset_fix(accepted))
         if not self.policy.allows(name):
             raise Denial(
                 field,
                 f"{what}: preset {name!r} is not allowed in this namespace by policy "
                 f"{self.policy.namespace!r}; accepted: {accepted}",
+                rule="policy.allowed_presets", policy=self.policy.namespace,
+                fix=self._preset_fix(accepted) + f", or ask your cluster operator to allow {name!r} in namespace "
+                    f"policy {self.policy.namespace!r}",
             )
         return preset
+
+    def _preset_fix(self, accepted: str) -> str:
+        default = self.policy.default_preset or self.catalog.default_preset
+        unset = f", or remove {ANN_PRESET} to get the default preset {default!r}" if default else ""
+        return f"set {ANN_PRESET} to one of: {accepted}{unset}"
 
     def _dtype_bytes(self) -> float:
         dtype = (self._annotation(ANN_MODEL_DTYPE) or DEFAULT_DTYPE).lower()
@@ -237,6 +253,7 @@ class _Decider:
                 f"metadata.annotations[{ANN_MODEL_DTYPE}]",
                 f"annotation {ANN_MODEL_DTYPE}: {dtype!r} is not a known weight type; accepted: "
                 + ", ".join(sorted(DTYPE_BYTES)),
+                rule="annotation.value", fix=f"set {ANN_MODEL_DTYPE} to one of: " + ", ".join(sorted(DTYPE_BYTES)),
             )
         return DTYPE_BYTES[dtype]
 
@@ -257,6 +274,7 @@ class _Decider:
                 f"annotation {ANN_MODEL_SIZE}: a {self.model_size_b:g}B {dtype} model needs about {mib} MiB per card "
                 f"on {gpus} GPU(s), more than one {card.name} has ({card.memory_mib} MiB); {fix}, or a smaller "
                 f"weight type ({ANN_MODEL_DTYPE}: fp8 or int4)",
+                rule="gpu.card_memory", fix=f"{fix}, or a smaller weight type ({ANN_MODEL_DTYPE}: fp8 or int4)",
             )
         return mib
 
@@ -267,6 +285,8 @@ class _Decider:
                 f"metadata.annotations[{ANN_VGPU_MEMORY_PERCENTAGE}]",
                 f"annotation {ANN_VGPU_MEMORY_PERCENTAGE} needs a known GPU model to convert into MiB: set "
                 f"{ANN_GPU_TYPE} to one of: {self._known_cards()}",
+                rule="gpu.fraction",
+                fix=f"set {ANN_GPU_TYPE} to one of: {self._known_cards()}, or use {ANN_VGPU_MEMORY} instead",
             )
         return card.memory_mib * percent // 100
 

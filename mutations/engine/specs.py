@@ -251,6 +251,9 @@ class MutationResult:
     # written); None where the Pod has none or the policy does not reach it.
     queue: str | None = None
     priority_class: str | None = None
+    # For a denial (or what enforce would deny): what the user asked for, where the number came from,
+    # every rule broken and the fixes (mutations/engine/explain.py); None otherwise.
+    explanation: JsonObject | None = None
 
     @property
     def allowed(self) -> bool:

@@ -46,7 +46,8 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
         "decision": decision.value,
         "reason": reason[:4000],
         "field": field[:256],
-        "preset_name": (result.preset or "") if result else "",
+        # A denial names the preset it concerned (the one asked for or chosen), so the preset's page finds it.
+        "preset_name": ((result.preset or (result.explanation or {}).get("preset") or "") if result else "")[:63],
         "policy_name": result.policy if result else "",
         "source": ((result.source or "") if result else "")[:128],
         "gpus_requested": str(_gpus_asked(before)),
@@ -55,6 +56,7 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
         "containers": [g.as_dict() for g in grants],
         "resources_before": json_list_bounded(before),
         "patch": json_list_bounded(preview.patch) if preview else [],
+        "explanation": result.explanation if result else None,
         "warnings": [w[:AUDIT_WARNING_MAX_CHARS] for w in result.warnings[:AUDIT_MAX_WARNINGS]] if result else [],
         "dry_run": request.dry_run,
         "duration_ms": round(duration * 1000, 3),

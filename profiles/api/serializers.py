@@ -171,3 +171,9 @@ class PodPreviewResponseSerializer(serializers.Serializer):
     priority_class = serializers.CharField(
         allow_null=True, help_text="The PriorityClass the Pod would carry (set by the preset or policy, or kept).")
     config_version = serializers.IntegerField()
+    explanation = serializers.DictField(
+        allow_null=True,
+        help_text="For a denial (or what an audit-only policy would deny): `asked` (what the Pod asked for, as "
+                  "written), `origin` (where the vGPU memory came from), `violations` (every rule broken: rule, "
+                  "rule_text, field, message, policy, fixes), `fixes`, `policy`, `preset`, `summary`.",
+    )

@@ -148,7 +148,7 @@ class Command(BaseCommand):
                 row = self._engine_row(pod, namespace, naming)
                 templates.setdefault(row["decision"], []).append(row)
                 if row["decision"] == "mutated":
-                    audit_only = dict(row, decision="audit-only", reason=f"audit-only: {row['reason']}")
+                    audit_only = dict(row, decision="audit-only", reason=f"would apply: {row['reason']}")
                     templates["audit-only"].append(audit_only)
                     skipped = dict(row, decision="skipped", operation="UPDATE", reason="UPDATE of Pod is not mutated "
                                    "(only Pod CREATE is)", preset_name="", source="", patch="[]", warnings="[]",
@@ -161,6 +161,9 @@ class Command(BaseCommand):
             for naming, pod in [_cpu_pod(namespace)] + [_denied_pod(namespace, which) for which in range(3)]:
                 row = self._engine_row(pod, namespace, naming)
                 templates.setdefault(row["decision"], []).append(row)  # filed under what the engine really decided
+                if row["decision"] == "denied":  # what an audit-only namespace records for the same Pod
+                    would_deny = dict(row, decision="audit-only", reason=f"would deny: {row['reason']}")
+                    templates["audit-only"].append(would_deny)
         for decision, rows in templates.items():
             if not rows:
                 raise CommandError(f"no template produced a {decision!r} row: check the presets and policies")
@@ -184,7 +187,7 @@ class Command(BaseCommand):
             "decision": result.decision.value,
             "reason": result.reason,
             "field": result.field or "",
-            "preset_name": result.preset or "",
+            "preset_name": result.preset or (result.explanation or {}).get("preset") or "",
             "policy_name": result.policy or "",
             "source": (result.source or "")[:128],
             "gpus_requested": sum(float(g.gpus_requested) for g in grants),
@@ -195,6 +198,7 @@ class Command(BaseCommand):
                                         for c in pod["spec"]["containers"]]),
             "patch": _dumps(preview.patch),
             "warnings": _dumps(list(result.warnings)),
+            "explanation": _dumps(result.explanation) if result.explanation else None,
         }
 
     @staticmethod

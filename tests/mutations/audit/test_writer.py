@@ -58,6 +58,7 @@ def record(uid: str | None = None, **overrides) -> dict:
         "containers": [{"container": "vllm", "vgpu_number": 1, "vgpu_memory_mib": 16384}],
         "patch": [{"op": "add", "path": "/spec/schedulerName", "value": "volcano"}],
         "warnings": ["spec.schedulerName set to volcano"],
+        "explanation": None,
         "dry_run": False,
         "duration_ms": 0.4,
         "replica": "volcano-injector-0",

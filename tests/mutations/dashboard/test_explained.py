@@ -1,0 +1,118 @@
+"""Denials the dashboard explains, audit-only rows shown as rehearsals, and links between rows and configuration."""
+
+import html
+import re
+
+import pytest
+import yaml
+from django.contrib.auth.models import Permission
+
+from mutations.models import AdmissionAudit
+from profiles.models import NamespacePolicy, Preset
+from tests.support import pods
+from tests.support.audit import audit_row
+
+pytestmark = pytest.mark.django_db
+
+
+def page_of(response) -> str:
+    assert response.status_code == 200, response.status_code
+    return html.unescape(response.content.decode())
+
+
+@pytest.fixture
+def staff_client(client, django_user_model):
+    user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_admissionaudit"))
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def team_policy():
+    """team-*: at most 49152 MiB per vGPU, presets up to llm-14b (llm-32b exists but is not allowed)."""
+    policy = NamespacePolicy.objects.create(namespace="team-*", max_vgpu_memory_mib=49152, max_vgpus_per_pod=2)
+    policy.allowed_presets.set(Preset.objects.filter(name__in=["llm-1.5b", "llm-7b", "llm-14b", "default"]))
+    return policy
+
+
+def test_a_denied_model_size_is_explained_on_the_row_history_and_detail(staff_client, post_review, team_policy):
+    response = post_review(pods.review(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "32B"})))
+    message = response.json()["response"]["status"]["message"]
+    # The API server's message: what was asked, the rule with its policy, where the number came from, a fix.
+    assert "namespace policy 'team-*' allows at most 49152 MiB per vGPU" in message
+    assert "from model-size 32B: estimated for a 32B fp16 model" in message and "Fix: " in message
+    row = AdmissionAudit.objects.get()
+    assert row.decision == "denied" and row.reason == message
+    assert row.explanation["asked"][0] == "model-size 32B"
+    assert row.explanation["violations"][0]["rule"] == "policy.max_vgpu_memory_mib"
+    assert any("'llm-32b' serves this model size" in f for f in row.explanation["fixes"])
+
+    history = page_of(staff_client.get("/dashboard/history/"))
+    assert re.search(r'<td class="reason-cell">[^<]*allows at most 49152 MiB per vGPU', history)
+
+    detail = page_of(staff_client.get(f"/dashboard/admissions/{row.id}/"))
+    assert "What the Pod asked for" in detail and "<code>model-size 32B</code>" in detail
+    assert "Where the size came from" in detail and "How to fix it" in detail
+    assert "the namespace policy's most memory per vGPU (max_vgpu_memory_mib)" in detail
+    assert 'href="/dashboard/policies/team-*/"' in detail  # the rule links to its policy
+
+
+def test_the_policy_page_shows_its_settings_its_denials_and_links_back_to_each_row(staff_client, team_policy):
+    denial = audit_row(decision="denied", policy_name="team-*", preset_name="", reason="the Pod asks for 4 vGPUs")
+    would = audit_row(decision="audit-only", policy_name="team-*", reason="would deny: the Pod asks for 3 vGPUs")
+    other = audit_row(decision="denied", policy_name="*", reason="somewhere else")
+    page = page_of(staff_client.get("/dashboard/policies/team-*/"))
+    assert "49152 MiB" in page and "llm-14b" in page  # its settings
+    assert f'href="/admin/profiles/namespacepolicy/{team_policy.pk}/change/"' in page
+    assert f'href="/dashboard/admissions/{denial.id}/"' in page and f'href="/dashboard/admissions/{would.id}/"' in page
+    assert f'href="/dashboard/admissions/{other.id}/"' not in page
+    assert 'href="/dashboard/history/?policy=team-%2A"' in page
+
+
+def test_the_preset_page_lists_the_admissions_it_sized(staff_client):
+    sized = audit_row(preset_name="llm-7b")
+    other = audit_row(preset_name="default")
+    page = page_of(staff_client.get("/dashboard/presets/llm-7b/"))
+    assert "23552 MiB" in page and f'href="/dashboard/admissions/{sized.id}/"' in page
+    assert f'href="/dashboard/admissions/{other.id}/"' not in page
+    assert "No preset of this name" in page_of(staff_client.get("/dashboard/presets/gone/"))
+
+
+def test_history_filters_by_policy_and_tells_would_deny_from_would_apply(staff_client):
+    would_deny = audit_row(decision="audit-only", reason="would deny: too many vGPUs", policy_name="lab")
+    would_apply = audit_row(decision="audit-only", reason="would apply: converted 1 GPU(s)", policy_name="lab")
+    audit_row(decision="denied", reason="denied", policy_name="*")
+
+    def listed(query):
+        return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"',
+                                           page_of(staff_client.get(f"/dashboard/history/?{query}")))}
+
+    assert listed("decision=would-deny") == {would_deny.id}
+    assert listed("decision=would-apply") == {would_apply.id}
+    assert listed("policy=lab") == {would_deny.id, would_apply.id}
+    page = page_of(staff_client.get("/dashboard/history/?policy=lab"))
+    assert '<span class="badge audit-only would-deny">would deny</span>' in page
+    assert '<span class="badge audit-only would-apply">would apply</span>' in page
+
+
+def test_an_audit_only_detail_never_says_granted(staff_client):
+    row = audit_row(decision="audit-only", reason="would apply: converted 1 GPU(s) to vGPUs (namespace policy lab)",
+                    policy_name="lab", patch=[{"op": "add", "path": "/metadata/annotations",
+                                               "value": {"volcano-injector.io/applied-preset": "default"}}])
+    page = page_of(staff_client.get(f"/dashboard/admissions/{row.id}/"))
+    assert "granted" not in page.replace("would grant", "")
+    assert "What enforce would grant" in page and "Annotations it would set on the Pod" in page
+    assert "this is what enforce <strong>would apply</strong>" in page
+
+
+def test_the_admin_preview_lists_every_violation_and_the_fixes(admin_client, team_policy):
+    pod = pods.ray_worker_pod()
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    response = admin_client.post("/admin/profiles/namespacepolicy/preview/",
+                                 {"namespace": "team-a", "pod_yaml": yaml.safe_dump(pod)})
+    page = page_of(response)
+    explanation = re.search(r'<div id="pod-preview-explanation">(.*?)</div>', page, re.S).group(1)
+    assert "2 rules broken" in explanation
+    assert "remove securityContext.privileged from container 'ray-worker'" in explanation
+    assert "ask for at most 2 GPU(s) in the Pod" in explanation
