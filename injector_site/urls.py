@@ -2,13 +2,18 @@
 
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
-from django.urls import include, path
+from django.urls import include, path, reverse_lazy
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.permissions import IsAuthenticated
 
 from mutations.webhook import views as webhook_views
 
+# The admin's "View site" opens the operators' dashboard, as does the root (which sends others to log in).
+admin.site.site_url = "/dashboard/"  # dashboard:overview (the URLconf is not loaded yet to reverse it)
+
 urlpatterns = [
+    path("", RedirectView.as_view(url=reverse_lazy("dashboard:overview"), permanent=False), name="home"),
     path("mutate", webhook_views.mutate, name="mutate"),
     path("healthz", webhook_views.healthz, name="healthz"),
     path("readyz", webhook_views.readyz, name="readyz"),

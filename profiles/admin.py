@@ -11,7 +11,8 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import ProtectedError
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import NoReverseMatch, path, reverse
+from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from mutations.engine import is_namespace_pattern
@@ -36,6 +37,20 @@ from .services import (
     preset_delete,
     preset_save,
 )
+
+
+def _audit_links(kind: str, name: str) -> str:
+    """Links from a policy's or preset's admin page to its admissions and recent denials on the dashboard."""
+    if not name:
+        return "-"
+    try:
+        page = reverse(f"dashboard:{kind}", args=[name])
+        history = reverse("dashboard:history")
+    except NoReverseMatch:  # a name the dashboard's URL cannot hold
+        return "-"
+    key = "policy" if kind == "policy" else "preset"
+    return format_html('<a href="{}">admissions and recent denials</a> · <a href="{}?{}">full history</a>',
+                       page, history, urlencode({key: name}))
 
 
 def _mib(value: int | None) -> str:
@@ -129,9 +144,9 @@ class PresetAdmin(RefusingDeleteMixin, admin.ModelAdmin):
     list_filter = ["enabled", "is_default", "gpu_model"]
     search_fields = ["name", "description"]
     ordering = ["vgpu_memory_mib", "name"]
-    readonly_fields = ["created_at", "updated_at"]
+    readonly_fields = ["created_at", "updated_at", "audit"]
     fieldsets = [
-        (None, {"fields": ["name", "description", "enabled", "is_default"]}),
+        (None, {"fields": ["name", "description", "enabled", "is_default", "audit"]}),
         ("vGPU", {"fields": ["vgpu_memory_mib", "vgpu_cores_percent", "gpu_model"]}),
         ("Model sizes served (billions of parameters)", {"fields": ["min_model_size_b", "max_model_size_b",
                                                                     "model_size_gpus", "kv_cache_sequences"],
@@ -145,6 +160,10 @@ class PresetAdmin(RefusingDeleteMixin, admin.ModelAdmin):
 
     def get_queryset(self, request):
         return preset_list()
+
+    @admin.display(description="audit")
+    def audit(self, obj: Preset) -> str:
+        return _audit_links("preset", obj.name)
 
     @admin.display(description="vGPU memory", ordering="vgpu_memory_mib")
     def memory(self, obj: Preset) -> str:
@@ -188,11 +207,11 @@ class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
     search_fields = ["namespace", "description"]
     ordering = ["namespace"]
     filter_horizontal = ["allowed_presets"]
-    readonly_fields = ["created_at", "updated_at"]
+    readonly_fields = ["created_at", "updated_at", "audit"]
     actions = ["preview_pod_action"]
     change_list_template = "admin/profiles/namespacepolicy/change_list.html"
     fieldsets = [
-        (None, {"fields": ["namespace", "description", "mode"]}),
+        (None, {"fields": ["namespace", "description", "mode", "audit"]}),
         ("Presets", {"fields": ["default_preset", "allowed_presets"]}),
         ("Limits", {"fields": ["max_vgpus_per_pod", "max_vgpu_memory_mib", "deny_privileged"]}),
         ("Scheduler", {"fields": ["scheduler_name", "scheduler_scope"]}),
@@ -219,6 +238,10 @@ class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
 
     def get_queryset(self, request):
         return namespace_policy_list()
+
+    @admin.display(description="audit")
+    def audit(self, obj: NamespacePolicy) -> str:
+        return _audit_links("policy", obj.namespace)
 
     @admin.display(description="kind")
     def kind(self, obj: NamespacePolicy) -> str:

@@ -12,8 +12,11 @@ from ..models import AdmissionAudit
 # Audit-only rows are rehearsals: what enforce would deny and what it would apply, told apart by the reason
 # the engine writes ("would deny: ..." / "would apply: ...").
 WOULD_DENY, WOULD_APPLY = "would-deny", "would-apply"
+# The overview's "Denied or failed" card: both problem decisions at once.
+PROBLEMS = "denied-or-error"
 DECISION_CHOICES = [(d.value, d.value) for d in Decision] + [
-    (WOULD_DENY, "audit-only: would deny"), (WOULD_APPLY, "audit-only: would apply")]
+    (WOULD_DENY, "audit-only: would deny"), (WOULD_APPLY, "audit-only: would apply"),
+    (PROBLEMS, "denied or error")]
 
 
 class AuditFilter(django_filters.FilterSet):
@@ -46,6 +49,8 @@ class AuditFilter(django_filters.FilterSet):
             return queryset.filter(decision=Decision.AUDIT_ONLY.value, reason__startswith="would deny")
         if value == WOULD_APPLY:
             return queryset.filter(decision=Decision.AUDIT_ONLY.value).exclude(reason__startswith="would deny")
+        if value == PROBLEMS:
+            return queryset.filter(decision__in=[Decision.DENIED.value, Decision.ERROR.value])
         return queryset.filter(decision=value)
 
     def filter_pod_name(self, queryset: QuerySet[AdmissionAudit], name: str,

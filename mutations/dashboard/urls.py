@@ -11,6 +11,7 @@ urlpatterns = [
     path("history.csv", views.export_csv, name="export"),
     path("admissions/<int:audit_id>/", views.detail, name="detail"),
     path("budgets/", views.budgets, name="budgets"),
+    path("rehearsal/", views.rehearsal_view, name="rehearsal"),
     path("policies/<path:name>/", views.policy, name="policy"),
     path("presets/<str:name>/", views.preset, name="preset"),
 ]

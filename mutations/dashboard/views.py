@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET
 from injector_site.database import session_database
 from profiles.selectors import configuration_names, namespace_policy_named, namespace_quota_list, preset_named
 
-from ..audit import audit_backlog_rows, selectors
+from ..audit import audit_backlog_rows, rehearsal, selectors
 from ..audit.filters import DECISION_CHOICES, WOULD_DENY, AuditFilter
 from ..engine import Decision
 from ..engine.jsonpatch import unescape
@@ -75,6 +75,7 @@ def overview(request):
     if window not in selectors.WINDOWS:
         window = selectors.DEFAULT_WINDOW
     data = selectors.audit_overview(window=window)
+    would_deny = rehearsal.would_deny_count(since=data.since, until=data.until)
     per = "hour" if data.bucket == "hour" else "day"
     top_count = max((n["n"] for n in data.top_namespaces), default=0) or 1
     top_preset = max((p["n"] for p in data.top_presets), default=0) or 1
@@ -103,6 +104,8 @@ def overview(request):
         problems=sum(data.totals.get(d, 0) for d in selectors.PROBLEM_DECISIONS),
         granted_gib=gib(sum(data.memory_mib)),
         per=per,
+        would_deny=would_deny, would_deny_more=would_deny > rehearsal.COUNT_LIMIT,
+        would_apply=max(0, data.totals.get(Decision.AUDIT_ONLY.value, 0) - would_deny),
         unconverted_scan=unconverted_scan_latest(),
     )
     return render(request, "dashboard/overview.html", context)
@@ -145,6 +148,20 @@ def detail(request, audit_id: int):
         scheduling=scheduling_from_patch(row.patch), problem=row.decision in selectors.PROBLEM_DECISIONS,
     )
     return render(request, "dashboard/detail.html", context)
+
+
+@require_GET
+@audit_viewer_required
+def rehearsal_view(request):
+    """What enforce would have done in one namespace over the last 7 days (audit-only as a rehearsal)."""
+    namespace = request.GET.get("namespace", "").strip()[:253]
+    found = rehearsal.namespace_rehearsal(namespace=namespace) if namespace else None
+    latest = selectors.audit_page(filters={"namespace": namespace, "decision": WOULD_DENY},
+                                  size=CONFIGURATION_PAGE_ROWS).rows if namespace else []
+    return render(request, "dashboard/rehearsal.html", _context(
+        request, namespace=namespace, rehearsal=found, latest=latest, days=rehearsal.REHEARSAL_DAYS,
+        would_grant_gib=gib(found.would_grant_mib) if found else 0,
+        namespaces=configuration_names()["namespaces"]))
 
 
 # Rows a policy's or preset's page lists, newest first (each list is one indexed query).

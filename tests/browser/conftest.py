@@ -12,8 +12,14 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backgro
 
 
 @pytest.fixture
-def page():
+def page(browser_page):
     """A fresh browser page, 1440x900; closed after the test."""
+    return browser_page(1440, 900)
+
+
+@pytest.fixture
+def browser_page():
+    """A factory of fresh browser pages at a viewport size (width, height); all closed after the test."""
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: run scripts/install-browser.sh (scripts/test does)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="run scripts/install-browser.sh")
@@ -25,10 +31,17 @@ def page():
     try:
         with sync_api.sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
-            context = browser.new_context(viewport={"width": 1440, "height": 900})
-            context.set_default_timeout(15_000)
-            yield context.new_page()
-            context.close()
+            contexts = []
+
+            def new_page(width: int, height: int, **options):
+                context = browser.new_context(viewport={"width": width, "height": height}, **options)
+                context.set_default_timeout(15_000)
+                contexts.append(context)
+                return context.new_page()
+
+            yield new_page
+            for context in contexts:
+                context.close()
             browser.close()
     finally:
         if previous is None:

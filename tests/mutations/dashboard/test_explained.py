@@ -116,3 +116,54 @@ def test_the_admin_preview_lists_every_violation_and_the_fixes(admin_client, tea
     assert "2 rules broken" in explanation
     assert "remove securityContext.privileged from container 'ray-worker'" in explanation
     assert "ask for at most 2 GPU(s) in the Pod" in explanation
+
+
+def test_the_denied_or_failed_card_links_to_exactly_what_it_counts(staff_client):
+    denied = audit_row(decision="denied", reason="no", preset_name="")
+    error = audit_row(decision="error", reason="internal error: boom", preset_name="")
+    audit_row()
+    page = page_of(staff_client.get("/dashboard/"))
+    assert re.search(r'href="/dashboard/history/\?decision=denied-or-error"><div class="label">Denied or failed</div>'
+                     r'<div class="value">2<', page)
+    listed = page_of(staff_client.get("/dashboard/history/?decision=denied-or-error"))
+    assert {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', listed)} == {denied.id, error.id}
+
+
+def test_the_overview_counts_what_audit_only_namespaces_would_deny(staff_client):
+    audit_row(decision="audit-only", reason="would deny: the Pod asks for 4 vGPUs")
+    audit_row(decision="audit-only", reason="would apply: converted 1 GPU(s) to vGPUs")
+    audit_row(decision="audit-only", reason="would apply: converted 1 GPU(s) to vGPUs")
+    page = page_of(staff_client.get("/dashboard/"))
+    assert re.search(r'Audit-only: would deny</div><div class="value">1</div><div class="what">Pods enforce would '
+                     r'refuse \(admitted unchanged\); 2 would be converted', page)
+
+
+def test_the_rehearsal_page_says_what_enforce_would_do_in_a_namespace(staff_client):
+    audit_row(namespace="lab-a", decision="audit-only", policy_name="lab-*", vgpu_memory_mib=0,
+              reason="would deny: the Pod asks for 4 vGPUs", field="spec.containers[*].resources.limits[x]")
+    audit_row(namespace="lab-a", decision="audit-only", policy_name="lab-*", vgpu_memory_mib=2048 * 1024,
+              reason="would apply: converted 1 GPU(s) to vGPUs")
+    audit_row(namespace="lab-b", decision="audit-only", reason="would deny: elsewhere")
+    page = page_of(staff_client.get("/dashboard/rehearsal/?namespace=lab-a"))
+    assert re.search(r'Would deny</div><div class="value">1<', page)
+    assert re.search(r'Would apply</div><div class="value">1<', page)
+    assert re.search(r'vGPU memory it would grant</div><div class="value">2,?048 <small>GiB', page)
+    assert "spec.containers[*].resources.limits[x]" in page and "elsewhere" not in page
+    assert 'href="/dashboard/policies/lab-*/"' in page
+
+
+def test_the_root_opens_the_dashboard_and_the_admin_links_to_it(admin_client, client):
+    assert client.get("/")["Location"] == "/dashboard/"
+    assert client.get("/dashboard/")["Location"].startswith("/admin/login/")  # anonymous: log in first
+    index = page_of(admin_client.get("/admin/"))
+    assert '<a href="/dashboard/"><strong>Open the audit dashboard</strong></a>' in index
+    assert 'href="/dashboard/">View site</a>' in index
+
+
+def test_policy_and_preset_admin_pages_link_to_their_admissions(admin_client, team_policy):
+    preset = Preset.objects.get(name="llm-7b")
+    policy_page = page_of(admin_client.get(f"/admin/profiles/namespacepolicy/{team_policy.pk}/change/"))
+    assert 'href="/dashboard/policies/team-*/">admissions and recent denials</a>' in policy_page
+    assert 'href="/dashboard/history/?policy=team-%2A">full history</a>' in policy_page
+    preset_page = page_of(admin_client.get(f"/admin/profiles/preset/{preset.pk}/change/"))
+    assert 'href="/dashboard/presets/llm-7b/">admissions and recent denials</a>' in preset_page
