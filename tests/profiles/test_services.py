@@ -87,6 +87,11 @@ def test_a_pod_document_that_would_cost_more_than_a_pod_is_refused_with_the_reas
     assert time.process_time() - started < 2
 
 
+def test_a_pod_with_brackets_in_its_strings_still_reads():
+    pod = pod_document_parse(text="kind: Pod\nspec: {containers: [{name: a, image: x, args: ['[[[[', '{{{{ x }}}}']}]}")
+    assert pod["spec"]["containers"][0]["args"] == ["[[[[", "{{{{ x }}}}"]
+
+
 def test_a_pod_with_a_few_yaml_aliases_still_reads():
     pod = pod_document_parse(text="kind: Pod\nx: &env [{name: A, value: '1'}]\nspec: {containers: "
                                   "[{name: a, image: x, env: *env}, {name: b, image: x, env: *env}]}")
