@@ -41,7 +41,7 @@ def admissions(django_user_model, post_review):
     rows = {}
     for name, pod, namespace in [
         ("converted", pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "7B"}), "ml-prod"),
-        ("denied", pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "32B"}), "team-a"),
+        ("denied", pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "20B"}), "team-a"),
         ("would-deny", pods.ray_worker_pod(), "lab-a"),
         ("would-apply", pods.vllm_deployment_pod(), "lab-a"),
     ]:
@@ -117,8 +117,8 @@ def test_a_denied_row_links_to_its_policy_and_back_and_explains_itself(admission
     denied = admissions["denied"]
     page.goto(f"{live_server.url}/dashboard/admissions/{denied.id}/")
     why = page.locator(".why")
-    assert "model-size 32B" in why.locator(".asked").inner_text()
-    assert "estimated for a 32B fp16 model" in why.locator(".origin").inner_text()
+    assert "model-size 20B" in why.locator(".asked").inner_text()
+    assert "estimated for a 20B fp16 model" in why.locator(".origin").inner_text()
     assert "'llm-32b' serves this model size" in why.locator(".fixes").inner_text()
     why.locator("a.policy-link").first.click()
     page.wait_for_url("**/dashboard/policies/team-*/")

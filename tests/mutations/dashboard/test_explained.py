@@ -37,14 +37,14 @@ def team_policy():
 
 
 def test_a_denied_model_size_is_explained_on_the_row_history_and_detail(staff_client, post_review, team_policy):
-    response = post_review(pods.review(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "32B"})))
+    response = post_review(pods.review(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "20B"})))
     message = response.json()["response"]["status"]["message"]
     # The API server's message: what was asked, the rule with its policy, where the number came from, a fix.
     assert "namespace policy 'team-*' allows at most 49152 MiB per vGPU" in message
-    assert "from model-size 32B: estimated for a 32B fp16 model" in message and "Fix: " in message
+    assert "from model-size 20B: estimated for a 20B fp16 model" in message and "Fix: " in message
     row = AdmissionAudit.objects.get()
     assert row.decision == "denied" and row.reason == message
-    assert row.explanation["asked"][0] == "model-size 32B"
+    assert row.explanation["asked"][0] == "model-size 20B"
     assert row.explanation["violations"][0]["rule"] == "policy.max_vgpu_memory_mib"
     assert any("'llm-32b' serves this model size" in f for f in row.explanation["fixes"])
 
@@ -52,7 +52,7 @@ def test_a_denied_model_size_is_explained_on_the_row_history_and_detail(staff_cl
     assert re.search(r'<td class="reason-cell">[^<]*allows at most 49152 MiB per vGPU', history)
 
     detail = page_of(staff_client.get(f"/dashboard/admissions/{row.id}/"))
-    assert "What the Pod asked for" in detail and "<code>model-size 32B</code>" in detail
+    assert "What the Pod asked for" in detail and "<code>model-size 20B</code>" in detail
     assert "Where the size came from" in detail and "How to fix it" in detail
     assert "the namespace policy's most memory per vGPU (max_vgpu_memory_mib)" in detail
     assert 'href="/dashboard/policies/team-*/"' in detail  # the rule links to its policy

@@ -73,6 +73,8 @@ def privileged(pod, index=0):
     (pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "a100-half",
                                            "volcano-injector.io/vgpu-memory": "90000"}),
      "gpu.card_memory", None, "ask for at most 81920 MiB per vGPU"),
+    (pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "32B"}),
+     "gpu.card_memory", None, "ask for 2 GPUs"),
 ])
 def test_each_denial_names_its_rule_its_policy_and_a_fix(pod, rule, policy, fix):
     result = denied(pod)
@@ -87,15 +89,15 @@ def test_each_denial_names_its_rule_its_policy_and_a_fix(pod, rule, policy, fix)
 
 
 def test_model_size_over_the_policy_explains_where_the_number_came_from_and_what_fits():
-    """The issue's case: model-size 32B in team-a, llm-32b exists but team-* does not allow it."""
-    result = denied(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "32B"}))
+    """The issue's case (with 20B: a 32B estimate no longer fits one card): llm-32b serves it, team-* refuses it."""
+    result = denied(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "20B"}))
     explanation = result.explanation
-    assert "model-size 32B" in explanation["asked"]
+    assert "model-size 20B" in explanation["asked"]
     assert "nvidia.com/gpu: 1 in container 'vllm'" in explanation["asked"]
-    assert explanation["origin"].startswith("model-size 32B: estimated for a 32B fp16 model")
-    assert "model-size 32B" in result.reason and "allows at most 49152 MiB" in result.reason
+    assert explanation["origin"].startswith("model-size 20B: estimated for a 20B fp16 model")
+    assert "model-size 20B" in result.reason and "allows at most 49152 MiB" in result.reason
     fixes = " | ".join(explanation["fixes"])
-    assert "volcano-injector.io/model-dtype: fp8 needs about 43008 MiB" in fixes
+    assert "volcano-injector.io/model-dtype: fp8 needs about 28672 MiB" in fixes
     assert "preset 'llm-32b' serves this model size but namespace policy 'team-*' does not allow it" in fixes
     assert "llm-14b (37888 MiB)" in fixes  # an allowed preset that fits, for a smaller model
     assert explanation["policy"] == "team-*"
