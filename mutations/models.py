@@ -85,6 +85,12 @@ class AdmissionAudit(models.Model):
     )
     warnings = StoredJSONField(default=list)
     dry_run = models.BooleanField(default=False)
+    # The configuration version the admission was decided under: the id of the last change in the change log
+    # (profiles.ObjectChange) then. 0: decided before versions were recorded, or without configuration.
+    config_version = models.BigIntegerField(
+        default=0, db_default=0,
+        help_text="Configuration version (change-log id) in force when the webhook decided; 0 when unknown.",
+    )
     duration_ms = models.FloatField(default=0)
     replica = models.CharField(max_length=253, blank=True)
 

@@ -17,6 +17,7 @@ from django.utils.http import urlencode
 
 from mutations.engine import is_namespace_pattern
 
+from .admin_changes import ChangeHistoryMixin
 from .forms import GpuModelForm, NamespacePolicyForm, PodPreviewForm, PresetForm
 from .models import ApiToken, GpuModel, NamespacePolicy, NamespaceQuota, Preset
 from .preview import pod_preview, preview_answer
@@ -107,7 +108,7 @@ class RefusingDeleteMixin(_ModelAdmin):
 
 
 @admin.register(GpuModel)
-class GpuModelAdmin(RefusingDeleteMixin, admin.ModelAdmin):
+class GpuModelAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
     form = GpuModelForm
     list_display = ["name", "memory", "match", "presets_count"]
     search_fields = ["name", "match", "description"]
@@ -136,7 +137,7 @@ class GpuModelAdmin(RefusingDeleteMixin, admin.ModelAdmin):
 
 
 @admin.register(Preset)
-class PresetAdmin(RefusingDeleteMixin, admin.ModelAdmin):
+class PresetAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
     form = PresetForm
     list_display = ["name", "memory", "vgpu_cores_percent", "model_size_range", "gpu_model", "enabled",
                     "is_default", "default_for_policies_count", "allowed_in_policies_count"]
@@ -199,7 +200,7 @@ class PresetAdmin(RefusingDeleteMixin, admin.ModelAdmin):
 
 
 @admin.register(NamespacePolicy)
-class NamespacePolicyAdmin(RefusingDeleteMixin, admin.ModelAdmin):
+class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
     form = NamespacePolicyForm
     list_display = ["namespace", "kind", "mode", "default_preset", "allowed", "max_vgpus_per_pod", "max_memory",
                     "scheduler_name", "scheduler_scope", "queues", "priority_class", "budget", "deny_privileged"]

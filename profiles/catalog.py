@@ -16,7 +16,7 @@ import time
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 
 from mutations.engine import (
     Catalog,
@@ -42,7 +42,21 @@ def config_version_get() -> int:
 
 
 def catalog_build() -> Catalog:
-    """Read every preset, GPU model, policy and catalog model into one frozen Catalog (six queries)."""
+    """Read every preset, GPU model, policy and catalog model into one frozen Catalog (six queries), as of one
+    version.
+
+    Outside a transaction the reads share one REPEATABLE READ snapshot on PostgreSQL, so the Catalog holds
+    exactly the configuration of its version (the version audit rows record: profiles.changes).
+    """
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            return _catalog_read()
+    return _catalog_read()
+
+
+def _catalog_read() -> Catalog:
     version = config_version_get()
     gpu_models = {m.name: _gpu_model_spec(m) for m in GpuModel.objects.all()}
     presets = {}

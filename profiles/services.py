@@ -12,12 +12,12 @@ import yaml
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from mutations.engine import JsonObject
 
-from .models import ApiToken, ConfigVersion, GpuModel, NamespacePolicy, Preset
+from .changes.recorder import configuration_lock
+from .models import ApiToken, GpuModel, NamespacePolicy, Preset
 from .selectors import preset_users
 
 
@@ -63,17 +63,11 @@ class _BoundedSafeLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def config_version_bump(*, using: str = "default") -> None:
-    """Raise the configuration version so every replica reloads its cached Catalog."""
-    updated = ConfigVersion.objects.using(using).filter(pk=1).update(version=F("version") + 1)
-    if not updated:
-        ConfigVersion.objects.using(using).get_or_create(pk=1, defaults={"version": 1})
-
-
 @transaction.atomic
 def preset_save(*, preset: Preset) -> Preset:
     """Save a preset; making it the default moves the default off the previous one, in one transaction."""
     if preset.is_default:
+        configuration_lock()  # the version's lock first, as every configuration change takes it (no deadlock)
         # Lock the current default so two concurrent moves cannot both pass; the partial unique
         # constraint stays the last line of defence.
         previous = list(Preset.objects.select_for_update().filter(is_default=True).exclude(pk=preset.pk))

@@ -11,5 +11,6 @@ class AdmissionAuditSerializer(serializers.ModelSerializer):
         fields = ["id", "created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name",
                   "owner_kind", "owner_name", "username", "caller_verified", "decision", "reason", "field",
                   "preset_name", "policy_name", "source", "gpus_requested", "vgpus_granted", "vgpu_memory_mib",
-                  "containers", "resources_before", "patch", "warnings", "explanation", "duration_ms", "replica"]
+                  "containers", "resources_before", "patch", "warnings", "explanation", "config_version",
+                  "duration_ms", "replica"]
         read_only_fields = fields

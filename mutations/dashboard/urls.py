@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views
+from . import changes, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -14,4 +14,6 @@ urlpatterns = [
     path("rehearsal/", views.rehearsal_view, name="rehearsal"),
     path("policies/<path:name>/", views.policy, name="policy"),
     path("presets/<str:name>/", views.preset, name="preset"),
+    path("changes/", changes.changes, name="changes"),
+    path("changes/<int:change_id>/", changes.change, name="change"),
 ]

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from injector_site.database import session_database
+from profiles.changes.selectors import configuration_at
 from profiles.selectors import configuration_names, namespace_policy_named, namespace_quota_list, preset_named
 
 from ..audit import audit_backlog_rows, rehearsal, selectors
@@ -144,6 +145,8 @@ def detail(request, audit_id: int):
         raise Http404("no such admission") from exc
     context = _context(
         request, row=row, containers=resources_side_by_side(row=row),
+        configuration=configuration_at(version=row.config_version, objects=[
+            ("preset", row.preset_name), ("namespacepolicy", row.policy_name)]),
         patch_json=json.dumps(row.patch, indent=2), annotations=_applied_annotations(row.patch),
         scheduling=scheduling_from_patch(row.patch), problem=row.decision in selectors.PROBLEM_DECISIONS,
     )

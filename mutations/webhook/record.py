@@ -59,6 +59,7 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
         "explanation": result.explanation if result else None,
         "warnings": [w[:AUDIT_WARNING_MAX_CHARS] for w in result.warnings[:AUDIT_MAX_WARNINGS]] if result else [],
         "dry_run": request.dry_run,
+        "config_version": max(preview.config_version, 0) if preview else 0,
         "duration_ms": round(duration * 1000, 3),
         "replica": settings.INJECTOR_REPLICA,
     }

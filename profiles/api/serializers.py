@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+from urllib.parse import urlencode
 
 from django.db import models
+from django.urls import reverse
 from rest_framework import serializers
 
 from mutations.engine import Mode, SchedulerScope, is_namespace_pattern
@@ -22,13 +24,35 @@ def _unsaved_copy(serializer: serializers.ModelSerializer, attrs: dict, model: t
     return instance
 
 
+class ChangeHistoryField(serializers.SerializerMethodField):
+    """The URL of the object's history in the change log (GET /api/v1/changes/?object_type=...&object_id=...)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("help_text", "This object's history: its rows in the change log, newest first.")
+        super().__init__(method_name="get_history", **kwargs)
+
+
+def _history_url(serializer: serializers.Serializer, instance: models.Model) -> str | None:
+    if instance.pk is None:
+        return None
+    url = reverse("change-list") + "?" + urlencode({"object_type": instance._meta.model_name,
+                                                    "object_id": instance.pk})
+    request = serializer.context.get("request")
+    return request.build_absolute_uri(url) if request is not None else url
+
+
 class GpuModelSerializer(serializers.ModelSerializer):
     presets_count = serializers.IntegerField(read_only=True, help_text="Presets pinned to this GPU model.")
+    history = ChangeHistoryField()
 
     class Meta:
         model = GpuModel
-        fields = ["id", "name", "memory_mib", "match", "description", "presets_count", "created_at", "updated_at"]
+        fields = ["id", "name", "memory_mib", "match", "description", "presets_count", "created_at", "updated_at",
+                  "history"]
         read_only_fields = ["created_at", "updated_at"]
+
+    def get_history(self, instance) -> str | None:
+        return _history_url(self, instance)
 
     def validate(self, attrs):
         problems = gpu_model_validate(gpu_model=_unsaved_copy(self, attrs, GpuModel))
@@ -57,6 +81,7 @@ class PresetSerializer(serializers.ModelSerializer):
         help_text="Make this the default preset; the previous default stops being it.",
     )
     default_for_policies_count = serializers.IntegerField(read_only=True)
+    history = ChangeHistoryField()
     allowed_in_policies_count = serializers.IntegerField(read_only=True)
 
     class Meta:
@@ -67,9 +92,12 @@ class PresetSerializer(serializers.ModelSerializer):
             "cpu_request", "cpu_limit", "memory_request", "memory_limit", "priority_class",
             "model_size_gpus", "kv_cache_sequences", "enabled", "is_default", "default_for_policies_count",
             "allowed_in_policies_count",
-            "created_at", "updated_at",
+            "created_at", "updated_at", "history",
         ]
         read_only_fields = ["created_at", "updated_at"]
+
+    def get_history(self, instance) -> str | None:
+        return _history_url(self, instance)
 
     def validate(self, attrs):
         problems = preset_validate(preset=_unsaved_copy(self, attrs, Preset))
@@ -92,6 +120,7 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
         help_text="Preset names Pods may use here; empty allows every enabled preset.",
     )
     is_pattern = serializers.SerializerMethodField(help_text="Whether namespace is a pattern such as team-*.")
+    history = ChangeHistoryField()
     # A list of names, checked one by one by namespace_policy_validate (the model stores JSON).
     allowed_queues = serializers.ListField(
         child=serializers.CharField(max_length=253), required=False, max_length=256,
@@ -105,9 +134,12 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
             "max_vgpus_per_pod", "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope",
             "cpu_request", "cpu_limit", "memory_request", "memory_limit", "deny_privileged",
             "default_queue", "allowed_queues", "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number",
-            "infer_from_serving", "kv_cache_sequences", "created_at", "updated_at",
+            "infer_from_serving", "kv_cache_sequences", "created_at", "updated_at", "history",
         ]
         read_only_fields = ["created_at", "updated_at"]
+
+    def get_history(self, instance) -> str | None:
+        return _history_url(self, instance)
 
     def get_is_pattern(self, policy: NamespacePolicy) -> bool:
         return is_namespace_pattern(policy.namespace)

@@ -18,7 +18,7 @@ ALL_PROFILE_PERMS = tuple(
     f"profiles.{action}_{model}"
     for model in ("preset", "gpumodel", "namespacepolicy", "languagemodel")
     for action in ("view", "add", "change", "delete")
-)
+) + ("profiles.view_objectchange",)
 
 
 @pytest.fixture

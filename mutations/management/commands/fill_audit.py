@@ -199,6 +199,7 @@ class Command(BaseCommand):
             "patch": _dumps(preview.patch),
             "warnings": _dumps(list(result.warnings)),
             "explanation": _dumps(result.explanation) if result.explanation else None,
+            "config_version": max(preview.config_version, 0),
         }
 
     @staticmethod

@@ -1,0 +1,71 @@
+"""Putting a logged version of an object back: validated as an edit through the REST API's own serializer
+and save service, so it is refused with the same 400 messages an edit gets today, and it is logged itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from rest_framework import serializers
+
+from ..changes import object_snapshot
+from ..models import ObjectChange
+from .views import ConfigurationViewSet, GpuModelViewSet, NamespacePolicyViewSet, PresetViewSet
+
+# object_type -> the view set whose serializer validates and whose service saves (one line per model).
+RESTORABLE: dict[str, type[ConfigurationViewSet]] = {
+    "gpumodel": GpuModelViewSet,
+    "preset": PresetViewSet,
+    "namespacepolicy": NamespacePolicyViewSet,
+}
+
+
+class NothingToRestore(Exception):
+    """The change holds no state to put back (`message` says why)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def change_version(change: ObjectChange) -> dict[str, Any] | None:
+    """The state a change's "restore" puts back: the object after the change; before it for a delete."""
+    return change.prechange_data if change.action == ObjectChange.Action.DELETE else change.postchange_data
+
+
+@transaction.atomic
+def change_restore(*, change: ObjectChange) -> Any:
+    """Make the object as `change` left it (re-created, under its id, if it was deleted since); return it.
+
+    Raises serializers.ValidationError when today's rules refuse that state (the API's 400 messages),
+    NothingToRestore when there is no state or no such kind of object.
+    """
+    view_set_class = RESTORABLE.get(change.object_type)
+    state = change_version(change)
+    if view_set_class is None or state is None:
+        raise NothingToRestore(f"change {change.pk} ({change.action} of {change.object_type} "
+                               f"{change.object_repr}) holds no state to restore")
+    view_set = view_set_class()
+    model = view_set_class.queryset.model
+    instance = model.objects.filter(pk=change.object_id).first()
+    serializer_class = view_set_class.serializer_class
+    assert serializer_class is not None
+    writable = {name for name, field in serializer_class().fields.items()  # type: ignore[attr-defined]
+                if not field.read_only}
+    data = {name: value for name, value in state.items() if name in writable}
+    if instance is not None:
+        # An edit of the fields that differ from today's (a PATCH): fields left as they are are not judged again.
+        today = object_snapshot(instance, using="default")
+        data = {name: value for name, value in data.items() if today.get(name) != value}
+    serializer = serializer_class(instance=instance, data=data, partial=instance is not None)
+    serializer.is_valid(raise_exception=True)
+    if instance is None:
+        instance = model(pk=change.object_id)
+    view_set._write(serializer, instance)
+    return serializer.instance
+
+
+def restore_errors(exc: serializers.ValidationError) -> dict[str, list[str]]:
+    """A validation error's messages by field (for the admin, which shows them as messages)."""
+    detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+    return {str(k): [str(m) for m in (v if isinstance(v, list) else [v])] for k, v in detail.items()}

@@ -1,0 +1,127 @@
+"""Reading the change log: filtered lists, an object's state at a configuration version, a field diff."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+
+from ..models import ObjectChange
+
+
+def change_list(*, object_type: str | None = None, object_id: int | None = None, name: str | None = None,
+                user: str | None = None, through: str | None = None, action: str | None = None,
+                since: datetime | None = None, until: datetime | None = None) -> QuerySet[ObjectChange]:
+    """Changes, newest first, filtered by whichever arguments are given (each has its index: profiles.models)."""
+    rows = ObjectChange.objects.all()
+    if object_type:
+        rows = rows.filter(object_type=object_type)
+    if object_id is not None:
+        rows = rows.filter(object_id=object_id)
+    if name:
+        rows = rows.filter(object_repr=name)
+    if user:
+        rows = rows.filter(user_name=user)
+    if through:
+        rows = rows.filter(through=through)
+    if action:
+        rows = rows.filter(action=action)
+    if since is not None:
+        rows = rows.filter(time__gte=since)
+    if until is not None:
+        rows = rows.filter(time__lt=until)
+    return rows.order_by("-id")
+
+
+def change_at_version(*, object_type: str, name: str, version: int) -> ObjectChange | None:
+    """The last change at or below `version` of the object named `name` (its state then: postchange_data)."""
+    if not name or version <= 0:
+        return None
+    return (ObjectChange.objects.filter(object_type=object_type, object_repr=name, id__lte=version)
+            .order_by("-id").first())
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    """One field of a change, before and after (None: the object did not exist)."""
+
+    field: str
+    before: Any
+    after: Any
+    changed: bool
+
+    @property
+    def before_text(self) -> str:
+        return value_text(self.before)
+
+    @property
+    def after_text(self) -> str:
+        return value_text(self.after)
+
+
+def value_text(value: Any) -> str:
+    """A stored value for people: lists joined, empty text and missing values named."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "(none)"
+    return str(value) if value != "" else "(empty)"
+
+
+def change_diff(change: ObjectChange) -> list[FieldDiff]:
+    """Every field of the object, before and after the change, changed ones first kept in field order."""
+    before, after = change.prechange_data or {}, change.postchange_data or {}
+    names = [n for n in {**before, **after} if n != "id"]
+    return [FieldDiff(field=n, before=before.get(n) if change.prechange_data is not None else None,
+                      after=after.get(n) if change.postchange_data is not None else None,
+                      changed=before.get(n) != after.get(n) or (change.prechange_data is None)
+                      != (change.postchange_data is None))
+            for n in names]
+
+
+def changed_fields(change: ObjectChange) -> list[str]:
+    """The names of the fields the change changed (all of them for a create or delete)."""
+    if change.prechange_data is None or change.postchange_data is None:
+        return []
+    return [d.field for d in change_diff(change) if d.changed]
+
+
+@dataclass(frozen=True)
+class ObjectAtVersion:
+    """An object as it was at a configuration version: the change that made it so, and any change since."""
+
+    object_type: str
+    name: str
+    change: ObjectChange | None  # None: no change of it at or below the version (it predates the log)
+    changed_since: ObjectChange | None  # the first later change, if any
+
+    @property
+    def state(self) -> list[tuple[str, str]]:
+        """Its fields then: after its last change at or below the version, else before the first change after."""
+        if self.change is not None:
+            data = change_state(self.change)
+        else:
+            data = self.changed_since.prechange_data if self.changed_since is not None else None
+        return [(k, value_text(v)) for k, v in (data or {}).items() if k != "id"]
+
+
+def change_state(change: ObjectChange) -> dict[str, Any] | None:
+    """The object's state right after the change (None after a delete)."""
+    return change.postchange_data
+
+
+def configuration_at(*, version: int, objects: list[tuple[str, str]]) -> list[ObjectAtVersion]:
+    """Each (object_type, name) as it was at `version` (two queries an object)."""
+    found = []
+    for object_type, name in objects:
+        if not name:
+            continue
+        change = change_at_version(object_type=object_type, name=name, version=version)
+        later = ObjectChange.objects.filter(object_type=object_type, object_repr=name, id__gt=version)
+        found.append(ObjectAtVersion(object_type=object_type, name=name, change=change,
+                                     changed_since=later.order_by("id").first() if version > 0 else None))
+    return found
