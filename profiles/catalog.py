@@ -58,24 +58,11 @@ def catalog_build() -> Catalog:
 
 def _catalog_read() -> Catalog:
     version = config_version_get()
-    gpu_models = {m.name: _gpu_model_spec(m) for m in GpuModel.objects.all()}
+    gpu_models = {m.name: gpu_model_spec_from_row(m) for m in GpuModel.objects.all()}
     presets = {}
     default_preset = None
     for row in Preset.objects.select_related("gpu_model"):
-        presets[row.name] = PresetSpec(
-            name=row.name,
-            vgpu_memory_mib=row.vgpu_memory_mib,
-            vgpu_cores_percent=row.vgpu_cores_percent,
-            min_model_size_b=_float(row.min_model_size_b),
-            max_model_size_b=_float(row.max_model_size_b),
-            gpu_model=gpu_models.get(row.gpu_model.name) if row.gpu_model else None,
-            resources=_resource_defaults(row),
-            enabled=row.enabled,
-            is_default=row.is_default,
-            priority_class=row.priority_class or None,
-            model_size_gpus=row.model_size_gpus,
-            kv_cache_sequences=row.kv_cache_sequences,
-        )
+        presets[row.name] = preset_spec_from_row(row, gpu_models)
         if row.is_default and row.enabled:
             default_preset = row.name
     policies = tuple(
@@ -85,6 +72,23 @@ def _catalog_read() -> Catalog:
     language_models = language_model_index(list(LanguageModel.objects.order_by("name")))
     return Catalog(presets=presets, gpu_models=gpu_models, policies=policies,
                    default_preset=default_preset, version=version, language_models=language_models)
+
+
+def preset_spec_from_row(row: Preset, gpu_models: dict[str, GpuModelSpec]) -> PresetSpec:
+    """The engine's view of a preset row (unsaved rows work too, for drafts), its GPU model from `gpu_models`."""
+    return PresetSpec(
+        name=row.name,
+        vgpu_memory_mib=row.vgpu_memory_mib,
+        vgpu_cores_percent=row.vgpu_cores_percent,
+        min_model_size_b=_float(row.min_model_size_b),
+        max_model_size_b=_float(row.max_model_size_b),
+        gpu_model=gpu_models.get(row.gpu_model.name) if row.gpu_model_id and row.gpu_model else None,
+        resources=_resource_defaults(row),
+        enabled=row.enabled,
+        is_default=row.is_default,
+        priority_class=row.priority_class or None,
+        model_size_gpus=row.model_size_gpus,
+    )
 
 
 def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
@@ -121,7 +125,7 @@ def _resource_defaults(row: Preset | NamespacePolicy) -> ResourceDefaults:
     )
 
 
-def _gpu_model_spec(row: GpuModel) -> GpuModelSpec:
+def gpu_model_spec_from_row(row: GpuModel) -> GpuModelSpec:
     return GpuModelSpec(name=row.name, memory_mib=row.memory_mib, match=row.match)
 
 

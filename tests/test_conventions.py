@@ -22,6 +22,7 @@ LAYER_OF = {
     "mutations.webhook": "webhook",
     "mutations.dashboard": "operator tools",
     "mutations.api": "operator tools",
+    "mutations.impact": "operator tools",
     "mutations.admin": "operator tools",
     "mutations.management": "operator tools",
     "injector_site.urls": "entry points",

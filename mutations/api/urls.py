@@ -1,11 +1,12 @@
-"""Read-only REST API for the admission audit (mounted at /api/v1/)."""
+"""REST API for the admission audit, read-only, and the impact of a draft configuration (mounted at /api/v1/)."""
 
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from . import views
+from . import impact, views
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
 router.register("audit", views.AdmissionAuditViewSet, basename="audit")
 
-urlpatterns = router.urls
+urlpatterns = [path("impact/", impact.ImpactView.as_view(), name="impact"), *router.urls]

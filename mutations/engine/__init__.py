@@ -8,6 +8,7 @@ from .admission import AdmissionRequest, BadReview, parse_review, review_respons
 from .annotations import ANN_PRESET, ANN_SKIP
 from .denial import Denial
 from .inference import model_key, serving_size
+from .inputs import pod_from_inputs, pod_inputs
 from .jsonpatch import make_patch
 from .memory import Knobs, LanguageModelSpec, Need, catalog_need
 from .mutate import mutate_pod
@@ -40,5 +41,5 @@ __all__ = [
     "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand",
     "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",
     "model_key", "mutate_pod", "serving_command_read", "serving_size",
-    "parse_quantity", "parse_review", "review_response", "select_policy",
+    "parse_quantity", "parse_review", "pod_from_inputs", "pod_inputs", "review_response", "select_policy",
 ]

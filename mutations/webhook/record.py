@@ -11,7 +11,15 @@ from django.conf import settings
 
 from profiles.preview import Preview
 
-from ..engine import GPU_RESOURCE, AdmissionRequest, Decision, JsonObject, QuantityError, parse_quantity
+from ..engine import (
+    GPU_RESOURCE,
+    AdmissionRequest,
+    Decision,
+    JsonObject,
+    QuantityError,
+    parse_quantity,
+    pod_inputs,
+)
 from ..engine.checks import MAX_CONTAINERS_PER_POD
 
 # What one audit row keeps of a Pod's lists: a bounded row whatever the caller sent (the engine denies
@@ -57,6 +65,7 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
         "resources_before": json_list_bounded(before),
         "patch": json_list_bounded(preview.patch) if preview else [],
         "explanation": result.explanation if result else None,
+        "inputs": _inputs(request) if preview else {},
         "warnings": [w[:AUDIT_WARNING_MAX_CHARS] for w in result.warnings[:AUDIT_MAX_WARNINGS]] if result else [],
         "dry_run": request.dry_run,
         "config_version": max(preview.config_version, 0) if preview else 0,
@@ -80,6 +89,15 @@ def _resources_before(request: AdmissionRequest) -> list[JsonObject]:
                 before.append({"container": text_cut(container.get("name")), "init": init,
                                "resources": _resources_small(container.get("resources"))})
     return before
+
+
+def _inputs(request: AdmissionRequest) -> JsonObject:
+    """What the engine reads of the Pod beyond resources_before, for replays (bounded like the other columns)."""
+    pod = request.object if isinstance(request.object, dict) else {}
+    inputs = pod_inputs(pod)
+    if inputs and len(orjson.dumps(inputs)) > AUDIT_JSON_MAX_BYTES:
+        return {"truncated": True}
+    return inputs
 
 
 def _resources_small(resources: object) -> JsonObject:

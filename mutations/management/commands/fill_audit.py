@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
+from mutations.engine import pod_inputs
 from mutations.models import AdmissionAudit
 from profiles.preview import pod_preview
 
@@ -200,6 +201,7 @@ class Command(BaseCommand):
             "warnings": _dumps(list(result.warnings)),
             "explanation": _dumps(result.explanation) if result.explanation else None,
             "config_version": max(preview.config_version, 0),
+            "inputs": _dumps(pod_inputs(pod)),
         }
 
     @staticmethod

@@ -59,7 +59,9 @@ def record(uid: str | None = None, **overrides) -> dict:
         "patch": [{"op": "add", "path": "/spec/schedulerName", "value": "volcano"}],
         "warnings": ["spec.schedulerName set to volcano"],
         "explanation": None,
+        "inputs": {"a": {"~model-size": "7B"}},
         "dry_run": False,
+        "config_version": 7,
         "duration_ms": 0.4,
         "replica": "volcano-injector-0",
     }

@@ -1,0 +1,133 @@
+"""What an audit row keeps of a Pod for replays: the engine decides the same on the Pod rebuilt from it."""
+
+import copy
+
+import orjson
+import pytest
+
+from mutations.engine import pod_from_inputs, pod_inputs
+from mutations.engine.specs import Mode, PolicySpec
+from tests.mutations.engine.test_mutate import CATALOG, run
+from tests.support import pods
+
+
+def containers_of(pod: dict) -> list[dict]:
+    """The audit row's resources_before for a Pod: name, init, resources, containers first."""
+    spec = pod["spec"]
+    return [{"container": c.get("name", ""), "init": init, "resources": c.get("resources") or {}}
+            for key, init in (("containers", False), ("initContainers", True)) for c in spec.get(key) or []]
+
+
+def outcome(result) -> tuple:
+    return (result.decision, result.reason, result.field, result.preset, result.source, result.grants,
+            result.queue, result.priority_class)
+
+
+def _with(pod: dict, change) -> dict:
+    pod = copy.deepcopy(pod)
+    change(pod)
+    return pod
+
+
+def _privileged(pod):
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+
+
+def _capability(pod):
+    pod["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["NET_ADMIN", "SYS_ADMIN"]}}
+
+
+def _visible_devices(pod):
+    pod["spec"]["containers"][0]["env"] = [{"name": "HF_HOME", "value": "/cache"},
+                                           {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+
+
+def _host_path(pod):
+    pod["spec"]["volumes"] = [{"name": "cache", "emptyDir": {}}, {"name": "dev", "hostPath": {"path": "/dev"}}]
+
+
+def _queue(pod):
+    pod["metadata"].setdefault("annotations", {})["scheduling.volcano.sh/queue-name"] = "team-b"
+
+
+def _class_written(pod):
+    pod["spec"]["priorityClassName"] = "batch"
+    pod["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {"f:priorityClassName": {}}}}]
+
+
+def _class_defaulted(pod):
+    pod["spec"].update(priorityClassName="cluster-default", priority=10)
+    pod["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {"f:containers": {}}}}]
+
+
+def _skip_label(pod):
+    pod["metadata"]["labels"] = {"volcano-injector.io/skip": "true", "app": "x"}
+
+
+def _bad_annotations(pod):
+    pod["metadata"]["annotations"] = ["not", "a", "map"]
+
+
+def _many_containers(pod):
+    pod["spec"]["containers"] = pod["spec"]["containers"] * 101
+
+
+def _command(pod):
+    pod["spec"]["containers"][0].update(command=["vllm", "serve"], args=["Qwen/Qwen2.5-7B-Instruct", "--tp", "1"])
+
+
+PODS = {
+    "deployment": pods.vllm_deployment_pod(),
+    "model-size": pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "7B"}),
+    "bad-size": pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "lots"}),
+    "fraction": pods.vllm_deployment_pod(gpus="500m", annotations={"volcano-injector.io/gpu-type": "L40S"}),
+    "kserve": pods.kserve_predictor_pod(),
+    "ray": pods.ray_worker_pod(),
+    "init": pods.init_gpu_pod(),
+    "half-cpu": pods.half_cpu_pod(),
+    "cpu": pods.cpu_pod(),
+    "privileged": _with(pods.vllm_deployment_pod(), _privileged),
+    "capability": _with(pods.vllm_deployment_pod(), _capability),
+    "visible-devices": _with(pods.vllm_deployment_pod(), _visible_devices),
+    "host-path": _with(pods.vllm_deployment_pod(), _host_path),
+    "queue": _with(pods.vllm_deployment_pod(), _queue),
+    "class-written": _with(pods.vllm_deployment_pod(), _class_written),
+    "class-defaulted": _with(pods.vllm_deployment_pod(), _class_defaulted),
+    "skip-label": _with(pods.vllm_deployment_pod(), _skip_label),
+    "bad-annotations": _with(pods.vllm_deployment_pod(), _bad_annotations),
+    "too-many-containers": _with(pods.vllm_deployment_pod(), _many_containers),
+    "command": _with(pods.vllm_deployment_pod(), _command),
+}
+POLICIES = {
+    "default": PolicySpec(namespace="*", default_preset="default"),
+    "strict": PolicySpec(namespace="team-*", default_preset="llm-7b", allowed_presets=frozenset({"llm-7b"}),
+                         max_vgpus_per_pod=2, max_vgpu_memory_mib=30000, default_queue="team-a",
+                         allowed_queues=frozenset({"team-a"}), priority_class="serving"),
+    "audit-only": PolicySpec(namespace="*", mode=Mode.AUDIT_ONLY, default_preset="llm-14b"),
+    "lenient": PolicySpec(namespace="*", default_preset="default", deny_privileged=False),
+}
+
+
+@pytest.mark.parametrize("policy", POLICIES.values(), ids=POLICIES.keys())
+@pytest.mark.parametrize("pod", PODS.values(), ids=PODS.keys())
+def test_the_engine_decides_the_same_on_the_rebuilt_pod(pod, policy):
+    inputs = orjson.loads(orjson.dumps(pod_inputs(pod)))  # as stored and read back
+    rebuilt = pod_from_inputs(namespace="team-a", inputs=inputs, containers=containers_of(pod))
+    assert outcome(run(rebuilt, policy=policy, catalog=CATALOG)) == outcome(run(pod, policy=policy, catalog=CATALOG))
+
+
+def test_a_pod_without_command_keeps_nothing_and_a_sized_one_a_few_bytes():
+    assert pod_inputs(pods.kserve_predictor_pod()) == {}
+    sized = pod_inputs(pods.ray_worker_pod() | {"metadata": {"annotations": {"volcano-injector.io/model-size": "7B"}}})
+    assert sized == {"a": {"~model-size": "7B"}} and len(orjson.dumps(sized)) == 26
+
+
+def test_only_what_the_engine_reads_is_kept():
+    pod = _with(pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "llm-7b",
+                                                      "prometheus.io/scrape": "true"}), _command)
+    pod["metadata"]["labels"] = {"app": "vllm"}
+    pod["spec"]["containers"][0]["env"] = [{"name": "HF_TOKEN", "value": "secret"}]
+    assert pod_inputs(pod) == {"a": {"~preset": "llm-7b"},
+                               "c": {"0": {"c": ["vllm", "serve"], "a": ["Qwen/Qwen2.5-7B-Instruct", "--tp", "1"]}}}
+    pod["spec"].update(priority=0, preemptionPolicy="PreemptLowerPriority", schedulerName="default-scheduler")
+    assert "s" not in pod_inputs(pod)  # what the API server sets on every Pod is not kept

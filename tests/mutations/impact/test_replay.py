@@ -1,0 +1,158 @@
+"""The impact of a draft: audited admissions replayed under today's and the draft's configuration, checked
+against the engine re-run on each original Pod, through POST /api/v1/impact/ (JSON, the admin's form, a stream)."""
+
+import copy
+import json
+
+import pytest
+from django.contrib.auth.models import Permission
+from rest_framework.test import APIClient
+
+from mutations.models import AdmissionAudit
+from profiles.catalog import catalog_current
+from profiles.drafts import draft_catalog, draft_from_api
+from profiles.models import NamespacePolicy, ObjectChange, Preset
+from profiles.preview import pod_preview
+from tests.support import pods
+
+pytestmark = pytest.mark.django_db
+IMPACT = "/api/v1/impact/"
+
+
+@pytest.fixture
+def operator(django_user_model):
+    user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=["view_admissionaudit", "change_preset"]))
+    return user
+
+
+@pytest.fixture
+def api(operator):
+    client = APIClient()
+    client.force_authenticate(operator)
+    return client
+
+
+def _sized(size: str, namespace: str, gpus: str = "1") -> dict:
+    return pods.vllm_deployment_pod(gpus=gpus, namespace=namespace,
+                                    annotations={"volcano-injector.io/model-size": size})
+
+
+def history() -> list[dict]:
+    """A week of admissions in a few namespaces: sized, named, pinned, fractional, denied, CPU-only."""
+    found = [_sized(size, ns) for ns in ("team-a", "team-b") for size in ("1.5B", "7B", "7B", "13B", "30B")]
+    found += [_sized("7B", "team-c", gpus="2"), pods.ray_worker_pod(), pods.kserve_predictor_pod(),
+              pods.init_gpu_pod(), pods.half_cpu_pod(), pods.cpu_pod(),
+              pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "llm-7b"}, namespace="team-b"),
+              pods.vllm_deployment_pod(annotations={"volcano-injector.io/vgpu-memory": "30000"}, namespace="team-c"),
+              pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "lots"})]
+    return found
+
+
+@pytest.fixture
+def admitted(post_review):
+    """The history posted to /mutate (one audit row each); the Pods as they were sent."""
+    NamespacePolicy.objects.create(namespace="team-c", max_vgpu_memory_mib=40000)
+    sent = history()
+    for pod in sent:
+        post_review(pods.review(copy.deepcopy(pod)))
+    assert AdmissionAudit.objects.count() == len(sent)
+    return sent
+
+
+def expected(sent: list[dict], after) -> dict:
+    """The report's numbers from the engine re-run on each original Pod, Pod by Pod."""
+    before = catalog_current()
+    changed = now_denied = 0
+    mib_before: dict[str, int] = {}
+    mib_after: dict[str, int] = {}
+    for pod in sent:
+        namespace = pod["metadata"]["namespace"]
+        was = pod_preview(pod=copy.deepcopy(pod), namespace=namespace, catalog=before).result
+        will = pod_preview(pod=copy.deepcopy(pod), namespace=namespace, catalog=after).result
+        for result, totals in ((was, mib_before), (will, mib_after)):
+            granted = sum(g.vgpu_number * g.vgpu_memory_mib for g in result.grants) \
+                if result.decision.value == "mutated" else 0
+            totals[namespace] = totals.get(namespace, 0) + granted
+        if (was.decision, was.grants) != (will.decision, will.grants):
+            changed += 1
+            now_denied += was.decision.value != "denied" and will.decision.value == "denied"
+    return {"changed": changed, "now_denied": now_denied, "mib_before": sum(mib_before.values()),
+            "mib_after": sum(mib_after.values()),
+            "per_namespace": {n: (mib_before[n], mib_after[n]) for n in mib_before}}
+
+
+def test_the_report_equals_the_engine_rerun_pod_by_pod(api, admitted):
+    preset = Preset.objects.get(name="llm-7b")
+    changes_before = ObjectChange.objects.count()
+    draft = {"object_type": "preset", "id": preset.pk, "changes": {"vgpu_memory_mib": 40960}}
+    response = api.post(IMPACT, draft, format="json")
+    assert response.status_code == 200, response.json()
+    report = response.json()
+    want = expected(admitted, draft_catalog(draft=draft_from_api(object_type="preset", object_id=preset.pk,
+                                                                  data={"vgpu_memory_mib": 40960})))
+    assert report["admissions"] == len(admitted)
+    assert (report["changed"], report["now_denied"], report["mib_before"], report["mib_after"]) == (
+        want["changed"], want["now_denied"], want["mib_before"], want["mib_after"])
+    assert {n["namespace"]: (n["mib_before"], n["mib_after"]) for n in report["namespaces"]} == want["per_namespace"]
+    assert want["changed"] >= 5 and want["now_denied"] >= 1  # team-c's 40000 MiB cap now refuses 7B Pods
+    example = report["examples"][0]
+    assert AdmissionAudit.objects.filter(pk=example["audit_id"], namespace=example["namespace"]).exists()
+    assert ObjectChange.objects.count() == changes_before and Preset.objects.get(pk=preset.pk).vgpu_memory_mib != 40960
+
+
+def test_a_policy_draft_matches_the_rerun_too(api, admitted):
+    draft = {"object_type": "namespacepolicy", "changes": {"namespace": "team-b", "max_vgpus_per_pod": 1,
+                                                           "default_preset": "llm-1.5b"}}
+    report = api.post(IMPACT, draft, format="json").json()
+    want = expected(admitted, draft_catalog(draft=draft_from_api(object_type="namespacepolicy", object_id=None,
+                                                                  data=draft["changes"])))
+    assert (report["changed"], report["mib_after"]) == (want["changed"], want["mib_after"])
+
+
+def test_a_draft_the_save_would_refuse_is_a_400_with_the_saves_message(api, admitted):
+    preset = Preset.objects.get(name="llm-7b")
+    response = api.post(IMPACT, {"object_type": "preset", "id": preset.pk, "changes": {"vgpu_cores_percent": 101}},
+                        format="json")
+    edit = api.patch(f"/api/v1/presets/{preset.pk}/", {"vgpu_cores_percent": 101}, format="json")
+    assert response.status_code == 400 and response.json() == edit.json()
+
+
+def test_the_admins_form_draft_gives_the_same_report(api, admitted):
+    preset = Preset.objects.get(name="llm-7b")
+    form = {"_object_type": "preset", "_object_id": str(preset.pk), "_days": "7", "name": preset.name,
+            "description": preset.description, "vgpu_memory_mib": "40960", "vgpu_cores_percent": "50",
+            "min_model_size_b": "3", "max_model_size_b": "8", "gpu_model": "", "cpu_request": "", "cpu_limit": "",
+            "memory_request": "", "memory_limit": "", "priority_class": "", "enabled": "on"}
+    from_form = api.post(IMPACT, form, format="multipart").json()
+    from_json = api.post(IMPACT, {"object_type": "preset", "id": preset.pk, "changes": {"vgpu_memory_mib": 40960}},
+                         format="json").json()
+    for key in ("admissions", "changed", "now_denied", "now_allowed", "mib_before", "mib_after", "namespaces"):
+        assert from_form[key] == from_json[key], key
+
+
+def test_the_stream_reports_progress_then_the_report(api, admitted):
+    preset = Preset.objects.get(name="llm-7b")
+    response = api.post(f"{IMPACT}?stream=1", {"object_type": "preset", "id": preset.pk,
+                                                "changes": {"vgpu_memory_mib": 40960}}, format="json")
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert lines[0] == {"progress": 0, "of": len(admitted)}
+    assert lines[-1]["report"]["admissions"] == len(admitted)
+
+
+def test_reading_the_impact_needs_the_audit_permission(django_user_model, admitted):
+    user = django_user_model.objects.create_user("staff", password="pw-for-tests-only", is_staff=True)
+    client = APIClient()
+    client.force_authenticate(user)
+    assert client.post(IMPACT, {"object_type": "preset", "changes": {}}, format="json").status_code == 403
+
+
+def test_rows_older_than_the_window_are_not_replayed(api, admitted):
+    from datetime import timedelta
+
+    from django.utils import timezone
+    AdmissionAudit.objects.update(created_at=timezone.now() - timedelta(days=8))
+    preset = Preset.objects.get(name="llm-7b")
+    report = api.post(IMPACT, {"object_type": "preset", "id": preset.pk, "changes": {"vgpu_memory_mib": 40960},
+                               "days": 7}, format="json").json()
+    assert report["admissions"] == 0
