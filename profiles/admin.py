@@ -110,6 +110,7 @@ class RefusingDeleteMixin(_ModelAdmin):
 @admin.register(GpuModel)
 class GpuModelAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
     form = GpuModelForm
+    change_form_template = "admin/profiles/change_form_impact.html"
     list_display = ["name", "memory", "match", "presets_count"]
     search_fields = ["name", "match", "description"]
     ordering = ["name"]
@@ -139,6 +140,7 @@ class GpuModelAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
 @admin.register(Preset)
 class PresetAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
     form = PresetForm
+    change_form_template = "admin/profiles/change_form_impact.html"
     list_display = ["name", "memory", "vgpu_cores_percent", "model_size_range", "gpu_model", "enabled",
                     "is_default", "default_for_policies_count", "allowed_in_policies_count"]
     list_display_links = ["name"]
@@ -211,6 +213,7 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
     readonly_fields = ["created_at", "updated_at", "audit"]
     actions = ["preview_pod_action"]
     change_list_template = "admin/profiles/namespacepolicy/change_list.html"
+    change_form_template = "admin/profiles/change_form_impact.html"
     fieldsets = [
         (None, {"fields": ["namespace", "description", "mode", "audit"]}),
         ("Presets", {"fields": ["default_preset", "allowed_presets"]}),

@@ -13,7 +13,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from rest_framework import serializers
 
-from .api.restore import NothingToRestore, change_restore, change_version, restore_errors
+from .api.restore import AFTER, BEFORE, NothingToRestore, change_restore, change_version, restore_errors
 from .changes import CHANGE_LOGGED
 from .changes.selectors import change_diff, changed_fields
 from .models import ObjectChange
@@ -81,6 +81,7 @@ class ObjectChangeAdmin(admin.ModelAdmin):
         change = get_object_or_404(ObjectChange, pk=object_id)
         extra = {**(extra_context or {}),
                  "restorable": change_version(change) is not None,
+                 "undoable": change.action == "update" and change_version(change, BEFORE) is not None,
                  "object_url": object_admin_url(change.object_type, change.object_id),
                  "restore_url": reverse("admin:profiles_objectchange_restore", args=[change.pk])}
         return super().change_view(request, object_id, form_url, extra)
@@ -103,8 +104,9 @@ class ObjectChangeAdmin(admin.ModelAdmin):
         if not request.user.has_perm(needed):
             raise PermissionDenied(f"restoring this change needs the permission {needed}")
         back = reverse("admin:profiles_objectchange_change", args=[change.pk])
+        which = BEFORE if request.POST.get("state") == BEFORE else AFTER
         try:
-            change_restore(change=change)
+            change_restore(change=change, which=which)
         except NothingToRestore as exc:
             self.message_user(request, exc.message, messages.ERROR)
             return HttpResponseRedirect(back)
@@ -116,6 +118,7 @@ class ObjectChangeAdmin(admin.ModelAdmin):
         except IntegrityError as exc:
             self.message_user(request, f"Not restored: {exc}", messages.ERROR)
             return HttpResponseRedirect(back)
-        self.message_user(request, f"{change.object_type} {change.object_repr} restored to the version of change "
-                                   f"{change.pk}.", messages.SUCCESS)
+        version = f"the version before change {change.pk}" if which == BEFORE else f"the version of change {change.pk}"
+        self.message_user(request, f"{change.object_type} {change.object_repr} restored to {version}.",
+                          messages.SUCCESS)
         return HttpResponseRedirect(object_admin_url(change.object_type, change.object_id) or back)

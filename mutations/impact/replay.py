@@ -1,9 +1,10 @@
 """Replaying audited admissions under two configurations and reporting what differs.
 
 Each audited Pod CREATE of the last `days` (the `limit` most recent) is rebuilt from its row
-(`resources_before` and `inputs`: mutations.engine.inputs) and decided by the engine under today's
-Catalog and under the draft's. Pods with the same namespace and inputs (a Deployment's replicas) are
-decided once. Costs: README.md, "Impact before saving"; `scripts/bench-impact` measures them.
+(`resources_before` and `inputs`: mutations.engine.inputs) and decided by the engine under the draft's
+Catalog, and under today's unless the row was decided under today's version (then the row itself says
+what today's configuration gives). Pods with the same namespace and inputs (a Deployment's replicas)
+are decided once. Costs: README.md, "Impact before saving"; `scripts/bench-impact` measures them.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def outcome_of(pod: dict, namespace: str, catalog: Catalog, policy: PolicySpec) 
 
 
 def _rows(*, days: int, limit: int) -> Iterator[tuple]:
-    """(id, namespace, pod name, generateName, inputs JSON, resources_before JSON), newest first.
+    """(id, namespace, pod name, generateName, inputs JSON, resources_before JSON, config version, decision,
+    reason, preset, grants JSON), newest first.
 
     The JSON columns come as text: identical Pods have identical text, which is the replay's cache key.
     """
@@ -109,8 +111,17 @@ def _rows(*, days: int, limit: int) -> Iterator[tuple]:
     query = (AdmissionAudit.objects.filter(created_at__gte=since, operation="CREATE", dry_run=False)
              .order_by("-created_at", "-id")
              .values_list("id", "namespace", "pod_name", "generate_name",
-                          Cast("inputs", TextField()), Cast("resources_before", TextField()))[:limit])
+                          Cast("inputs", TextField()), Cast("resources_before", TextField()), "config_version",
+                          "decision", "reason", "preset_name", Cast("containers", TextField()))[:limit])
     return query.iterator(chunk_size=_CHUNK)
+
+
+def recorded_outcome(decision: str, reason: str, preset: str, grants_text: str) -> Outcome:
+    """What an audit row says the Pod got (its `containers` are the engine's grants, as_dict)."""
+    grants = orjson.loads(grants_text or "[]")
+    return Outcome(decision=decision, reason=reason, preset=preset or None,
+                   grants=tuple((g["container"], g["init"], g["vgpu_number"], g["vgpu_memory_mib"] or 0,
+                                 g["vgpu_cores_percent"]) for g in grants))
 
 
 def impact_count(*, days: int, limit: int) -> int:
@@ -135,20 +146,34 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
     """impact_replay, step by step: the number replayed so far every `progress_every` rows, then the report."""
     started = timezone.now()
     report = ImpactReport(days=days, limit=limit)
-    decided: dict[tuple[str, str, str], tuple[Outcome, Outcome]] = {}
-    policies: dict[str, tuple[PolicySpec, PolicySpec]] = {}
-    for audit_id, namespace, pod_name, generate_name, inputs_text, containers_text in _rows(days=days, limit=limit):
+    # Per distinct Pod (namespace, inputs, containers): its rebuilt Pod, and its outcome under each Catalog.
+    pods: dict[tuple[str, str, str], dict] = {}
+    decided: dict[tuple[int, tuple[str, str, str]], Outcome] = {}
+    policies: dict[tuple[int, str], PolicySpec] = {}
+
+    def decide(which: int, catalog: Catalog, key: tuple[str, str, str]) -> Outcome:
+        found = decided.get((which, key))
+        if found is None:
+            namespace = key[0]
+            pod = pods.get(key)
+            if pod is None:
+                pod = pods[key] = pod_from_inputs(namespace=namespace, inputs=orjson.loads(key[1]),
+                                                  containers=orjson.loads(key[2]))
+            policy = policies.get((which, namespace))
+            if policy is None:
+                policy = policies[(which, namespace)] = select_policy(catalog.policies, namespace)
+            found = decided[(which, key)] = outcome_of(pod, namespace, catalog, policy)
+        return found
+
+    for (audit_id, namespace, pod_name, generate_name, inputs_text, containers_text, version, decision, reason,
+         preset, grants_text) in _rows(days=days, limit=limit):
         key = (namespace, inputs_text or "{}", containers_text or "[]")
-        pair = decided.get(key)
-        if pair is None:
-            if namespace not in policies:
-                policies[namespace] = (select_policy(before.policies, namespace),
-                                       select_policy(after.policies, namespace))
-            pod = pod_from_inputs(namespace=namespace, inputs=orjson.loads(key[1]), containers=orjson.loads(key[2]))
-            policy_before, policy_after = policies[namespace]
-            pair = (outcome_of(pod, namespace, before, policy_before), outcome_of(pod, namespace, after, policy_after))
-            decided[key] = pair
-        was, will = pair
+        # A row decided under today's version says itself what today's configuration gives: no replay needed.
+        if version == before.version and before.version > 0 and decision != Decision.ERROR.value:
+            was = recorded_outcome(decision, reason, preset, grants_text)
+        else:
+            was = decide(0, before, key)
+        will = decide(1, after, key)
         report.admissions += 1
         report.mib_before[namespace] = report.mib_before.get(namespace, 0) + was.granted_mib
         report.mib_after[namespace] = report.mib_after.get(namespace, 0) + will.granted_mib
@@ -162,6 +187,6 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
                                         "after": will.as_dict()})
         if report.admissions % progress_every == 0:
             yield report.admissions
-    report.distinct_pods = len(decided)
+    report.distinct_pods = len(pods)
     report.seconds = (timezone.now() - started).total_seconds()
     yield report

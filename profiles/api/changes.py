@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from ..changes import CHANGE_LOGGED
 from ..changes.selectors import change_list, changed_fields
 from ..models import ObjectChange
-from .restore import NothingToRestore, change_restore
+from .restore import AFTER, BEFORE, NothingToRestore, change_restore
 from .views import ConfigurationPagination, _constraint_error
 
 
@@ -29,6 +29,11 @@ class ObjectChangeSerializer(serializers.ModelSerializer):
 
     def get_changed_fields(self, change: ObjectChange) -> list[str]:
         return changed_fields(change)
+
+
+class RestoreRequestSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=[AFTER, BEFORE], default=AFTER, required=False,
+                                    help_text="after: as the change left it (default); before: as before it (undo).")
 
 
 class ObjectChangeFilter(django_filters.FilterSet):
@@ -64,13 +69,16 @@ class ObjectChangeViewSet(viewsets.ReadOnlyModelViewSet):
     ordering = ["-id"]
     search_fields = ["object_repr", "user_name", "request_id"]
 
-    @extend_schema(request=None, responses={200: ObjectChangeSerializer},
-                   description="Put the object back as this change left it (for a delete: as it was before it), "
-                               "validated as an edit: refused with the edit's 400 messages. The restore is itself a "
-                               "change; the answer is its change-log row.")
+    @extend_schema(request=RestoreRequestSerializer, responses={200: ObjectChangeSerializer},
+                   description="Put the object back as this change left it (for a delete: as it was before it), or, "
+                               "with {\"state\": \"before\"}, as it was before the change (undo), validated as an "
+                               "edit: refused with the edit's 400 messages. The restore is itself a change; the answer "
+                               "is its change-log row.")
     @action(detail=True, methods=["post"])
     def restore(self, request, pk=None):
         change = self.get_object()
+        form = RestoreRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
         model = CHANGE_LOGGED.get(change.object_type)
         exists = model is not None and model._base_manager.filter(pk=change.object_id).exists()
         needed = f"profiles.{'change' if exists else 'add'}_{change.object_type}"
@@ -78,7 +86,7 @@ class ObjectChangeViewSet(viewsets.ReadOnlyModelViewSet):
             raise PermissionDenied(f"restoring this change needs the permission {needed}")
         latest = ObjectChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
         try:
-            change_restore(change=change)
+            change_restore(change=change, which=form.validated_data["state"])
         except NothingToRestore as exc:
             return Response({"detail": exc.message}, status=status.HTTP_400_BAD_REQUEST)
         except IntegrityError as exc:

@@ -28,23 +28,30 @@ class NothingToRestore(Exception):
         self.message = message
 
 
-def change_version(change: ObjectChange) -> dict[str, Any] | None:
-    """The state a change's "restore" puts back: the object after the change; before it for a delete."""
-    return change.prechange_data if change.action == ObjectChange.Action.DELETE else change.postchange_data
+BEFORE, AFTER = "before", "after"
+
+
+def change_version(change: ObjectChange, which: str = AFTER) -> dict[str, Any] | None:
+    """The state a restore puts back: the object as the change left it ("after"; for a delete, as it was before
+    it), or as it was before the change ("before": undoing it)."""
+    if which == BEFORE or change.action == ObjectChange.Action.DELETE:
+        return change.prechange_data
+    return change.postchange_data
 
 
 @transaction.atomic
-def change_restore(*, change: ObjectChange) -> Any:
-    """Make the object as `change` left it (re-created, under its id, if it was deleted since); return it.
+def change_restore(*, change: ObjectChange, which: str = AFTER) -> Any:
+    """Make the object as `change` left it, or as it was before it (`which`), re-created under its id if it was
+    deleted since; return it.
 
     Raises serializers.ValidationError when today's rules refuse that state (the API's 400 messages),
     NothingToRestore when there is no state or no such kind of object.
     """
     view_set_class = RESTORABLE.get(change.object_type)
-    state = change_version(change)
+    state = change_version(change, which)
     if view_set_class is None or state is None:
         raise NothingToRestore(f"change {change.pk} ({change.action} of {change.object_type} "
-                               f"{change.object_repr}) holds no state to restore")
+                               f"{change.object_repr}) holds no state {which} it to restore")
     view_set = view_set_class()
     model = view_set_class.queryset.model
     instance = model.objects.filter(pk=change.object_id).first()

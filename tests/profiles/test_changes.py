@@ -18,6 +18,13 @@ pytestmark = pytest.mark.django_db
 CHANGES = "/api/v1/changes/"
 
 
+@pytest.fixture(autouse=True)
+def empty_log():
+    """Each test counts its own rows: a transactional test's serialized rollback before it re-creates the seeded
+    rows (a raw save, logged as made by the system) and leaves their rows behind."""
+    ObjectChange.objects.all().delete()
+
+
 def preset_admin_form(preset: Preset, **fields) -> dict:
     data = {"name": preset.name, "description": preset.description, "vgpu_memory_mib": str(preset.vgpu_memory_mib),
             "vgpu_cores_percent": "" if preset.vgpu_cores_percent is None else str(preset.vgpu_cores_percent),
@@ -276,3 +283,13 @@ def test_a_refused_restore_in_the_admin_says_why(staff_client, operator_api):
     operator_api.delete(f"/api/v1/gpu-models/{card.pk}/")
     response = staff_client.post(f"/admin/profiles/objectchange/{pinned.pk}/restore/", follow=True)
     assert b"Not restored: gpu_model: Object with name=TestCard does not exist." in response.content
+
+
+def test_restoring_the_state_before_a_change_undoes_it(operator_api):
+    preset = Preset.objects.get(name="llm-7b")
+    seeded = preset.vgpu_memory_mib
+    change = _patch(operator_api, preset, vgpu_memory_mib=seeded + 1024)
+    response = operator_api.post(f"{CHANGES}{change.pk}/restore/", {"state": "before"}, format="json")
+    assert response.status_code == 200
+    assert Preset.objects.get(pk=preset.pk).vgpu_memory_mib == seeded
+    assert operator_api.post(f"{CHANGES}{change.pk}/restore/", {"state": "later"}, format="json").status_code == 400

@@ -156,3 +156,16 @@ def test_rows_older_than_the_window_are_not_replayed(api, admitted):
     report = api.post(IMPACT, {"object_type": "preset", "id": preset.pk, "changes": {"vgpu_memory_mib": 40960},
                                "days": 7}, format="json").json()
     assert report["admissions"] == 0
+
+
+def test_rows_decided_under_an_older_version_are_replayed_under_todays(api, admitted):
+    preset = Preset.objects.get(name="llm-14b")
+    assert api.patch(f"/api/v1/presets/{preset.pk}/", {"vgpu_memory_mib": 32768}, format="json").status_code == 200
+    assert AdmissionAudit.objects.exclude(config_version__lt=catalog_current().version).count() == 0
+    seven = Preset.objects.get(name="llm-7b")
+    report = api.post(IMPACT, {"object_type": "preset", "id": seven.pk, "changes": {"vgpu_memory_mib": 40960}},
+                      format="json").json()
+    want = expected(admitted, draft_catalog(draft=draft_from_api(object_type="preset", object_id=seven.pk,
+                                                                  data={"vgpu_memory_mib": 40960})))
+    assert (report["changed"], report["now_denied"], report["mib_before"], report["mib_after"]) == (
+        want["changed"], want["now_denied"], want["mib_before"], want["mib_after"])
