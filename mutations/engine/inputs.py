@@ -3,8 +3,8 @@
 `pod_inputs(pod)` keeps what decides the engine's answer beyond each container's name and resources
 (which the audit row keeps already, in `resources_before`): the annotations and labels it reads, the
 scheduling fields of `spec`, which of them the creator wrote (managedFields), each container's privilege,
-device capabilities and NVIDIA variables, device hostPaths, and the command and args of GPU containers
-(what sizing from the serving command reads). Only what is there is kept, under short keys: a Pod with
+device capabilities and NVIDIA variables, device hostPaths, and for GPU containers the image, command, args
+and the literal environment variables a serving command reads (what sizing from the serving command needs). Only what is there is kept, under short keys: a Pod with
 one sizing annotation is about 30 bytes. `pod_from_inputs` rebuilds a Pod on which `mutate_pod` decides
 the same (decision, preset, grants, reason and field): the impact report replays audited admissions so
 (mutations/impact). Sizes: README.md, "Impact before saving".
@@ -12,6 +12,7 @@ the same (decision, preset, grants, reason and field): the impact report replays
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .checks import MAX_CONTAINERS_PER_POD
@@ -31,6 +32,9 @@ SPEC_DEFAULTS = {"schedulerName": "default-scheduler", "priority": 0, "preemptio
 VALUE_MAX_CHARS = 256
 COMMAND_MAX_ITEMS = 64
 _PREFIX_MARK = "~"  # stands for ANNOTATION_PREFIX in a stored key
+# Environment variables inference servers read their model and memory settings from (TGI, llama.cpp, KServe).
+_SERVING_ENV = re.compile(r"^(MODEL_ID|MODEL_NAME|HF_MODEL_ID|NUM_SHARD|QUANTIZE|MAX_TOTAL_TOKENS|MAX_INPUT_(LENGTH|TOKENS)"
+                          r"|CUDA_MEMORY_FRACTION|LLAMA_ARG_[A-Z_]+|STORAGE_URI)$")
 
 
 def _value(value: object) -> object:
@@ -77,11 +81,32 @@ def _container_inputs(body: dict[str, Any]) -> dict[str, Any]:
     asks_gpu = isinstance(resources, dict) and any(
         isinstance(resources.get(part), dict) and GPU_RESOURCE in resources[part] for part in ("limits", "requests"))
     if asks_gpu:
+        words: list[str] = []
         for key, short in (("command", "c"), ("args", "a")):
             items = body.get(key)
             if isinstance(items, list) and items:
                 kept[short] = [_value(item) for item in items[:COMMAND_MAX_ITEMS]]
+                words.extend(item for item in kept[short] if isinstance(item, str))
+        if isinstance(body.get("image"), str):
+            kept["i"] = body["image"][:VALUE_MAX_CHARS]
+        serving = _serving_variables(env, words)
+        if serving:
+            kept["s"] = serving
     return kept
+
+
+def _serving_variables(env: object, words: list[str]) -> dict[str, str]:
+    """Literal env values a serving command reads: those its words name ($(NAME), $NAME) and the serving
+    engines' own settings (MODEL_ID, LLAMA_ARG_*, ...)."""
+    found: dict[str, str] = {}
+    text = " ".join(words)
+    for item in env if isinstance(env, list) else ():
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str) or not isinstance(item.get("value"), str):
+            continue
+        if _SERVING_ENV.match(name) or f"$({name})" in text or f"${name}" in text or f"${{{name}}}" in text:
+            found[name[:VALUE_MAX_CHARS]] = item["value"][:VALUE_MAX_CHARS]
+    return found
 
 
 def pod_inputs(pod: JsonObject) -> JsonObject:
@@ -154,6 +179,10 @@ def pod_from_inputs(*, namespace: str, inputs: JsonObject, containers: list[Json
             for i, name, value in found["e"]:
                 env[i] = {"name": name, "value": value} if value is not None else {"name": name, "valueFrom": {}}
             body["env"] = env
+        if found.get("s"):
+            body["env"] = body.get("env", []) + [{"name": k, "value": v} for k, v in found["s"].items()]
+        if found.get("i"):
+            body["image"] = found["i"]
         if found.get("c"):
             body["command"] = found["c"]
         if found.get("a"):

@@ -116,10 +116,25 @@ def test_the_engine_decides_the_same_on_the_rebuilt_pod(pod, policy):
     assert outcome(run(rebuilt, policy=policy, catalog=CATALOG)) == outcome(run(pod, policy=policy, catalog=CATALOG))
 
 
-def test_a_pod_without_command_keeps_nothing_and_a_sized_one_a_few_bytes():
-    assert pod_inputs(pods.kserve_predictor_pod()) == {}
+def test_a_cpu_pod_keeps_nothing_and_a_sized_gpu_pod_a_few_bytes():
+    assert pod_inputs(pods.cpu_pod()) == {}
     sized = pod_inputs(pods.ray_worker_pod() | {"metadata": {"annotations": {"volcano-injector.io/model-size": "7B"}}})
-    assert sized == {"a": {"~model-size": "7B"}} and len(orjson.dumps(sized)) == 26
+    assert sized == {"a": {"~model-size": "7B"}, "c": {"0": {"i": "rayproject/ray-ml:2.40.0-gpu"}}}
+    assert len(orjson.dumps(sized)) == 73
+
+
+def test_a_gpu_containers_serving_variables_are_kept():
+    pod = pods.vllm_deployment_pod()
+    pod["spec"]["containers"][0].update(command=["text-generation-launcher"], args=["--max-total-tokens",
+                                                                                    "$(TOKENS)"],
+                                        env=[{"name": "MODEL_ID", "value": "Qwen/Qwen2.5-7B-Instruct"},
+                                             {"name": "TOKENS", "value": "8192"}, {"name": "HF_TOKEN", "value": "x"},
+                                             {"name": "NUM_SHARD", "valueFrom": {"configMapKeyRef": {}}}])
+    kept = pod_inputs(pod)["c"]["0"]["s"]
+    assert kept == {"MODEL_ID": "Qwen/Qwen2.5-7B-Instruct", "TOKENS": "8192"}
+    rebuilt = pod_from_inputs(namespace="team-a", inputs=pod_inputs(pod), containers=containers_of(pod))
+    assert rebuilt["spec"]["containers"][0]["env"] == [{"name": "MODEL_ID", "value": "Qwen/Qwen2.5-7B-Instruct"},
+                                                       {"name": "TOKENS", "value": "8192"}]
 
 
 def test_only_what_the_engine_reads_is_kept():
@@ -128,6 +143,7 @@ def test_only_what_the_engine_reads_is_kept():
     pod["metadata"]["labels"] = {"app": "vllm"}
     pod["spec"]["containers"][0]["env"] = [{"name": "HF_TOKEN", "value": "secret"}]
     assert pod_inputs(pod) == {"a": {"~preset": "llm-7b"},
-                               "c": {"0": {"c": ["vllm", "serve"], "a": ["Qwen/Qwen2.5-7B-Instruct", "--tp", "1"]}}}
+                               "c": {"0": {"c": ["vllm", "serve"], "a": ["Qwen/Qwen2.5-7B-Instruct", "--tp", "1"],
+                                           "i": "vllm/vllm-openai:v0.11.0"}}}
     pod["spec"].update(priority=0, preemptionPolicy="PreemptLowerPriority", schedulerName="default-scheduler")
     assert "s" not in pod_inputs(pod)  # what the API server sets on every Pod is not kept
