@@ -33,3 +33,20 @@ def test_plaintext_tokens_are_hashed_and_keep_working(django_user_model):
 def test_the_migration_runs_the_hashing_forwards_and_nothing_backwards():
     [run_python] = [op for op in MIGRATION.Migration.operations if hasattr(op, "code")]
     assert run_python.code is MIGRATION.hash_plaintext_tokens
+
+
+CHANGE_LOG = importlib.import_module("profiles.migrations.0005_change_log")
+
+
+@pytest.mark.django_db
+def test_after_the_upgrade_versions_keep_going_up_from_the_old_counter():
+    """profiles.0005: the change log's ids, which become the version, start above the version a database had."""
+    from profiles.models import ConfigVersion, ObjectChange, Preset
+
+    ConfigVersion.objects.filter(pk=1).update(version=5000)  # an older release's counter after many changes
+    CHANGE_LOG.start_ids_above_the_version(apps, SimpleNamespace(connection=connection))
+    preset = Preset.objects.get(name="llm-7b")
+    preset.vgpu_cores_percent = 30
+    preset.save()
+    change = ObjectChange.objects.latest("id")
+    assert change.pk > 5000 and ConfigVersion.objects.get(pk=1).version == change.pk
