@@ -8,10 +8,14 @@ from django.db import connections, transaction
 
 from profiles.models import ConfigVersion, ObjectChange, Preset
 
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+# Two real transactions, so no test transaction around them. Without serialized_rollback (it would collide with
+# the content types a flushing test before it re-created): the test makes the presets it edits.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_second_writer_waits_for_the_first_and_gets_the_later_version():
+    Preset.objects.create(name="writer-a", vgpu_memory_mib=1024)
+    Preset.objects.create(name="writer-b", vgpu_memory_mib=2048)
     first_saved, second_done = threading.Event(), threading.Event()
     ids: dict[str, int] = {}
 
@@ -19,10 +23,10 @@ def test_a_second_writer_waits_for_the_first_and_gets_the_later_version():
         try:
             first_saved.wait(10)
             with transaction.atomic():
-                preset = Preset.objects.get(name="llm-14b")
+                preset = Preset.objects.get(name="writer-b")
                 preset.vgpu_cores_percent = 20
                 preset.save()  # waits for the first writer's lock on the version row
-            ids["second"] = ObjectChange.objects.filter(object_repr="llm-14b").latest("id").pk
+            ids["second"] = ObjectChange.objects.filter(object_repr="writer-b").latest("id").pk
         finally:
             connections.close_all()
             second_done.set()
@@ -30,10 +34,10 @@ def test_a_second_writer_waits_for_the_first_and_gets_the_later_version():
     thread = threading.Thread(target=second)
     thread.start()
     with transaction.atomic():
-        preset = Preset.objects.get(name="llm-7b")
+        preset = Preset.objects.get(name="writer-a")
         preset.vgpu_cores_percent = 10
         preset.save()
-        ids["first"] = ObjectChange.objects.filter(object_repr="llm-7b").latest("id").pk
+        ids["first"] = ObjectChange.objects.filter(object_repr="writer-a").latest("id").pk
         first_saved.set()
         time.sleep(0.5)
         assert not second_done.is_set(), "the second writer must wait for this transaction"
