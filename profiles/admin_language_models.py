@@ -7,6 +7,7 @@ from django.contrib import admin
 
 from mutations.engine import Knobs, catalog_need
 
+from .admin_changes import ChangeHistoryMixin
 from .forms import NameListField, _add_problems
 from .language_models import language_model_delete, language_model_save, language_model_spec, language_model_validate
 from .models import LanguageModel
@@ -37,8 +38,9 @@ def _grant(obj: LanguageModel, context: int | None) -> str:
 
 
 @admin.register(LanguageModel)
-class LanguageModelAdmin(admin.ModelAdmin):
+class LanguageModelAdmin(ChangeHistoryMixin, admin.ModelAdmin):
     form = LanguageModelForm
+    change_form_template = "admin/profiles/change_form_impact.html"
     list_display = ["name", "params_b", "layers", "kv_heads", "head_dim", "max_context", "dtype", "grant_8k",
                     "grant_native"]
     list_filter = ["dtype", "tied_embeddings"]

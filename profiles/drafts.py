@@ -1,5 +1,5 @@
-"""A draft change to one preset, GPU model or policy, validated as the save would be, and the Catalog it would
-make: what the impact report (mutations/impact) replays admissions under. Nothing is saved.
+"""A draft change to one preset, GPU model, policy or catalog model, validated as the save would be, and the
+Catalog it would make: what the impact report (mutations/impact) replays admissions under. Nothing is saved.
 
 Drafts come from the REST API (the serializers' fields, as a PATCH or POST would send them) or from the
 admin's change form (its ModelForm's fields, posted by the impact panel before "Save"); either way they are
@@ -18,6 +18,8 @@ from django.db import models
 
 from mutations.engine import Catalog
 
+from .admin_language_models import LanguageModelForm
+from .api.language_models import LanguageModelSerializer
 from .api.serializers import GpuModelSerializer, NamespacePolicySerializer, PresetSerializer
 from .catalog import (
     catalog_current,
@@ -26,7 +28,8 @@ from .catalog import (
     preset_spec_from_row,
 )
 from .forms import GpuModelForm, NamespacePolicyForm, PresetForm
-from .models import GpuModel, NamespacePolicy, Preset
+from .language_models import language_model_index
+from .models import GpuModel, LanguageModel, NamespacePolicy, Preset
 from .selectors import preset_users
 
 # object_type -> (model, the API's serializer, the admin's form)
@@ -34,6 +37,7 @@ DRAFTABLE: dict[str, tuple[type[models.Model], type[Any], type[forms.ModelForm]]
     "preset": (Preset, PresetSerializer, PresetForm),
     "gpumodel": (GpuModel, GpuModelSerializer, GpuModelForm),
     "namespacepolicy": (NamespacePolicy, NamespacePolicySerializer, NamespacePolicyForm),
+    "languagemodel": (LanguageModel, LanguageModelSerializer, LanguageModelForm),
 }
 
 
@@ -126,6 +130,7 @@ def draft_catalog(*, draft: Draft, catalog: Catalog | None = None) -> Catalog:
     """The Catalog the configuration would make with the draft saved (version -1: not a saved version)."""
     catalog = catalog or catalog_current()
     presets, gpu_models, policies = dict(catalog.presets), dict(catalog.gpu_models), list(catalog.policies)
+    language_models = catalog.language_models
     default = catalog.default_preset
     row, stored = draft.instance, draft.stored
     if draft.object_type == "gpumodel":
@@ -152,6 +157,12 @@ def draft_catalog(*, draft: Draft, catalog: Catalog | None = None) -> Catalog:
                                             allowed_presets=frozenset(row.name if n == stored.name else n
                                                                       for n in p.allowed_presets))
                         for p in policies]
+    elif draft.object_type == "languagemodel":
+        # The catalog's index by match key, rebuilt from the rows with this one replaced (or left out).
+        rows = [row for row in LanguageModel.objects.order_by("name") if stored is None or row.pk != stored.pk]
+        if not draft.delete:
+            rows = sorted([*rows, row], key=lambda r: r.name)
+        language_models = language_model_index(rows)
     else:
         if stored is not None:
             policies = [p for p in policies if p.namespace != stored.namespace]
@@ -159,4 +170,4 @@ def draft_catalog(*, draft: Draft, catalog: Catalog | None = None) -> Catalog:
             allowed = frozenset(p.name for p in draft.allowed_presets or ())
             policies.append(dataclasses.replace(policy_spec_from_row(row), allowed_presets=allowed))
     return Catalog(presets=presets, gpu_models=gpu_models, policies=tuple(policies), default_preset=default,
-                   version=-1)
+                   version=-1, language_models=language_models)

@@ -4,20 +4,20 @@
 (which the audit row keeps already, in `resources_before`): the annotations and labels it reads, the
 scheduling fields of `spec`, which of them the creator wrote (managedFields), each container's privilege,
 device capabilities and NVIDIA variables, device hostPaths, and for GPU containers the image, command, args
-and the literal environment variables a serving command reads (what sizing from the serving command needs). Only what is there is kept, under short keys: a Pod with
-one sizing annotation is about 30 bytes. `pod_from_inputs` rebuilds a Pod on which `mutate_pod` decides
-the same (decision, preset, grants, reason and field): the impact report replays audited admissions so
-(mutations/impact). Sizes: README.md, "Impact before saving".
+and the literal environment variables a serving command reads (what sizing from the serving command
+needs). Only what is there is kept, under short keys: a sizing annotation is about 30 bytes.
+`pod_from_inputs` rebuilds a Pod on which `mutate_pod` decides the same (decision, preset, grants, reason
+and field): the impact report replays audited admissions so (mutations/impact). Sizes: README.md, "Impact before saving".
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from .checks import MAX_CONTAINERS_PER_POD
 from .pod import CONTAINER_LISTS
 from .scheduling import spec_fields_written
+from .serving import SERVING_ENV_NAMES
 from .specs import ANNOTATION_PREFIX, GPU_RESOURCE, JsonObject
 
 # Annotation and label keys the engine reads start so (its own, Volcano's, NVIDIA's, PodGroups').
@@ -32,9 +32,6 @@ SPEC_DEFAULTS = {"schedulerName": "default-scheduler", "priority": 0, "preemptio
 VALUE_MAX_CHARS = 256
 COMMAND_MAX_ITEMS = 64
 _PREFIX_MARK = "~"  # stands for ANNOTATION_PREFIX in a stored key
-# Environment variables inference servers read their model and memory settings from (TGI, llama.cpp, KServe).
-_SERVING_ENV = re.compile(r"^(MODEL_ID|MODEL_NAME|HF_MODEL_ID|NUM_SHARD|QUANTIZE|MAX_TOTAL_TOKENS|MAX_INPUT_(LENGTH|TOKENS)"
-                          r"|CUDA_MEMORY_FRACTION|LLAMA_ARG_[A-Z_]+|STORAGE_URI)$")
 
 
 def _value(value: object) -> object:
@@ -96,15 +93,15 @@ def _container_inputs(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _serving_variables(env: object, words: list[str]) -> dict[str, str]:
-    """Literal env values a serving command reads: those its words name ($(NAME), $NAME) and the serving
-    engines' own settings (MODEL_ID, LLAMA_ARG_*, ...)."""
+    """Literal env values a serving command reads: those its words name ($(NAME), $NAME) and the servers' own
+    settings (engine/serving.py SERVING_ENV_NAMES: MODEL_ID, NUM_SHARD, LLAMA_ARG_MODEL, ...)."""
     found: dict[str, str] = {}
     text = " ".join(words)
     for item in env if isinstance(env, list) else ():
         name = item.get("name") if isinstance(item, dict) else None
         if not isinstance(name, str) or not isinstance(item.get("value"), str):
             continue
-        if _SERVING_ENV.match(name) or f"$({name})" in text or f"${name}" in text or f"${{{name}}}" in text:
+        if name in SERVING_ENV_NAMES or f"$({name})" in text or f"${name}" in text or f"${{{name}}}" in text:
             found[name[:VALUE_MAX_CHARS]] = item["value"][:VALUE_MAX_CHARS]
     return found
 

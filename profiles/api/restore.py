@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from ..changes import object_snapshot
 from ..models import ObjectChange
+from .language_models import LanguageModelViewSet
 from .views import ConfigurationViewSet, GpuModelViewSet, NamespacePolicyViewSet, PresetViewSet
 
 # object_type -> the view set whose serializer validates and whose service saves (one line per model).
@@ -17,6 +18,7 @@ RESTORABLE: dict[str, type[ConfigurationViewSet]] = {
     "gpumodel": GpuModelViewSet,
     "preset": PresetViewSet,
     "namespacepolicy": NamespacePolicyViewSet,
+    "languagemodel": LanguageModelViewSet,
 }
 
 

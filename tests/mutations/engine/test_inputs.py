@@ -8,6 +8,8 @@ import pytest
 from mutations.engine import pod_from_inputs, pod_inputs
 from mutations.engine.specs import Mode, PolicySpec
 from tests.mutations.engine.test_mutate import CATALOG, run
+from tests.mutations.engine.test_sizing import run as run_sizing
+from tests.mutations.engine.test_sizing import server_pod
 from tests.support import pods
 
 
@@ -147,3 +149,28 @@ def test_only_what_the_engine_reads_is_kept():
                                            "i": "vllm/vllm-openai:v0.11.0"}}}
     pod["spec"].update(priority=0, preemptionPolicy="PreemptLowerPriority", schedulerName="default-scheduler")
     assert "s" not in pod_inputs(pod)  # what the API server sets on every Pod is not kept
+
+
+# Pods sized from their serving command (the model catalog): the image, command, args and the env they read.
+SERVING = {
+    "vllm-args": server_pod(args=["--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "8192"]),
+    "vllm-serve-tp": server_pod(gpus="4", command=["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct"],
+                                args=["--tensor-parallel-size", "4", "--max-model-len", "32768"]),
+    "tgi-env": server_pod(image="ghcr.io/huggingface/text-generation-inference:3.0",
+                          env=[{"name": "MODEL_ID", "value": "Qwen/Qwen2.5-7B-Instruct"},
+                               {"name": "MAX_TOTAL_TOKENS", "value": "8192"}, {"name": "HF_TOKEN", "value": "x"}]),
+    "shell-var": server_pod(command=["/bin/sh", "-c"], args=["vllm serve $MODEL --max-model-len ${LEN}"],
+                            env=[{"name": "MODEL", "value": "meta-llama/Llama-3.1-8B-Instruct"},
+                                 {"name": "LEN", "value": "16384"}]),
+    "kube-var": server_pod(args=["--model", "$(MODEL)"],
+                           env=[{"name": "MODEL", "value": "Qwen/Qwen2.5-0.5B-Instruct"}]),
+    "unknown-model": server_pod(args=["--model", "acme/secret-13B"]),
+}
+
+
+@pytest.mark.parametrize("pod", SERVING.values(), ids=SERVING.keys())
+def test_a_pod_sized_from_its_serving_command_is_decided_the_same_rebuilt(pod):
+    inputs = orjson.loads(orjson.dumps(pod_inputs(pod)))
+    rebuilt = pod_from_inputs(namespace="ml", inputs=inputs, containers=containers_of(pod))
+    assert outcome(run_sizing(rebuilt)) == outcome(run_sizing(pod))
+    assert "HF_TOKEN" not in orjson.dumps(inputs).decode()  # only what the server's settings are read from
