@@ -7,7 +7,8 @@ device capabilities and NVIDIA variables, device hostPaths, and for GPU containe
 and the literal environment variables a serving command reads (what sizing from the serving command
 needs). Only what is there is kept, under short keys: a sizing annotation is about 30 bytes.
 `pod_from_inputs` rebuilds a Pod on which `mutate_pod` decides the same (decision, preset, grants, reason
-and field): the impact report replays audited admissions so (mutations/impact). Sizes: README.md, "Impact before saving".
+and field): the impact report replays audited admissions so (mutations/impact). Sizes: README.md,
+"Impact before saving".
 """
 
 from __future__ import annotations
