@@ -33,15 +33,18 @@ def api(operator):
     return client
 
 
-def _sized(size: str, namespace: str, gpus: str = "1") -> dict:
-    return pods.vllm_deployment_pod(gpus=gpus, namespace=namespace,
+def _sized(size: str, namespace: str, gpus: str = "1", model: str | None = None) -> dict:
+    """A vLLM Pod sized by its model-size annotation (model=None: no model named in its arguments), or by the
+    model its arguments name (the model catalog)."""
+    return pods.vllm_deployment_pod(gpus=gpus, namespace=namespace, model=model,
                                     annotations={"volcano-injector.io/model-size": size})
 
 
 def history() -> list[dict]:
     """A week of admissions in a few namespaces: sized, named, pinned, fractional, denied, CPU-only."""
     found = [_sized(size, ns) for ns in ("team-a", "team-b") for size in ("1.5B", "7B", "7B", "13B", "30B")]
-    found += [_sized("7B", "team-c", gpus="2"), pods.ray_worker_pod(), pods.kserve_predictor_pod(),
+    found += [_sized("7B", "team-c"), _sized("7B", "team-c", gpus="2"),
+              _sized("7B", "team-a", model="Qwen/Qwen2.5-7B-Instruct"), pods.ray_worker_pod(), pods.kserve_predictor_pod(),
               pods.init_gpu_pod(), pods.half_cpu_pod(), pods.cpu_pod(),
               pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "llm-7b"}, namespace="team-b"),
               pods.vllm_deployment_pod(annotations={"volcano-injector.io/vgpu-memory": "30000"}, namespace="team-c"),
