@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mutations', '0009_audit_caller_verified'),
+        ('mutations', '0010_audit_partitioned_by_day'),
     ]
 
     operations = [
