@@ -88,6 +88,7 @@ def preset_spec_from_row(row: Preset, gpu_models: dict[str, GpuModelSpec]) -> Pr
         is_default=row.is_default,
         priority_class=row.priority_class or None,
         model_size_gpus=row.model_size_gpus,
+        kv_cache_sequences=row.kv_cache_sequences,
     )
 
 

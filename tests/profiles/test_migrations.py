@@ -35,12 +35,12 @@ def test_the_migration_runs_the_hashing_forwards_and_nothing_backwards():
     assert run_python.code is MIGRATION.hash_plaintext_tokens
 
 
-CHANGE_LOG = importlib.import_module("profiles.migrations.0006_change_log")
+CHANGE_LOG = importlib.import_module("profiles.migrations.0007_change_log")
 
 
 @pytest.mark.django_db
 def test_after_the_upgrade_versions_keep_going_up_from_the_old_counter():
-    """profiles.0006: the change log's ids, which become the version, start above the version a database had."""
+    """profiles.0007: the change log's ids, which become the version, start above the version a database had."""
     from profiles.models import ConfigVersion, ObjectChange, Preset
 
     ConfigVersion.objects.filter(pk=1).update(version=5000)  # an older release's counter after many changes

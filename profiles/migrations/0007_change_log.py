@@ -25,7 +25,7 @@ def start_ids_above_the_version(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('profiles', '0005_language_models'),
+        ('profiles', '0006_preset_kv_cache_sequences'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
