@@ -82,6 +82,7 @@ class AdmissionAudit(models.Model):
     explanation = StoredJSONField(
         null=True, blank=True, default=None,
         help_text="For a denial: what was asked for, where the size came from, every rule broken, and fixes.",
+    )
     # With resources_before, what the engine reads of the Pod (mutations.engine.inputs.pod_inputs): the impact
     # report replays admissions from them. db_default: spooled rows of the previous release load as {}.
     inputs = StoredJSONField(

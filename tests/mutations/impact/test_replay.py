@@ -44,7 +44,8 @@ def history() -> list[dict]:
     """A week of admissions in a few namespaces: sized, named, pinned, fractional, denied, CPU-only."""
     found = [_sized(size, ns) for ns in ("team-a", "team-b") for size in ("1.5B", "7B", "7B", "13B", "30B")]
     found += [_sized("7B", "team-c"), _sized("7B", "team-c", gpus="2"),
-              _sized("7B", "team-a", model="Qwen/Qwen2.5-7B-Instruct"), pods.ray_worker_pod(), pods.kserve_predictor_pod(),
+              _sized("7B", "team-a", model="Qwen/Qwen2.5-7B-Instruct"), pods.ray_worker_pod(),
+              pods.kserve_predictor_pod(),
               pods.init_gpu_pod(), pods.half_cpu_pod(), pods.cpu_pod(),
               pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "llm-7b"}, namespace="team-b"),
               pods.vllm_deployment_pod(annotations={"volcano-injector.io/vgpu-memory": "30000"}, namespace="team-c"),

@@ -10,7 +10,7 @@ import mutations.models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mutations', '0011_audit_config_version'),
+        ('mutations', '0012_audit_config_version'),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mutations', '0010_audit_partitioned_by_day'),
+        ('mutations', '0011_audit_explanation'),
     ]
 
     operations = [
