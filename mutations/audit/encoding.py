@@ -16,9 +16,13 @@ from typing import Any, TypeAlias
 import orjson
 from django.db.models import BooleanField, JSONField
 
+from ..compression import CompressedJSONField, detail_compress, detail_decompress, json_bytes
 from ..models import AdmissionAudit
 
-HEADER_PREFIX = b"#volcano-injector audit rows, PostgreSQL COPY text format, columns: "
+HEADER_PREFIX = b"#volcano-injector audit rows v2, PostgreSQL COPY text format, columns: "
+# Segments of versions before the compressed detail columns: their JSON columns hold JSON text, and are
+# re-encoded when read (spool.segment_read).
+HEADER_PREFIX_V1 = b"#volcano-injector audit rows, PostgreSQL COPY text format, columns: "
 
 # One audit row: AdmissionAudit field names to values (strings, numbers, JSON values).
 AuditRecord: TypeAlias = dict[str, Any]
@@ -29,7 +33,9 @@ class Column:
     """One audit table column and how its values are written."""
 
     name: str
-    kind: str  # "json", "bool", "text" (cut to `limit` characters) or "value" (numbers, timestamps)
+    # "compressed" (CompressedJSONField: bytea of mutations/compression), "json", "bool", "text" (cut to
+    # `limit` characters) or "value" (numbers, timestamps)
+    kind: str
     limit: int | None
     default: object
 
@@ -39,7 +45,9 @@ def _table_columns() -> tuple[Column, ...]:
     for f in AdmissionAudit._meta.concrete_fields:
         if f.primary_key:
             continue
-        if isinstance(f, JSONField):
+        if isinstance(f, CompressedJSONField):
+            kind = "compressed"
+        elif isinstance(f, JSONField):
             kind = "json"
         elif isinstance(f, BooleanField):
             kind = "bool"
@@ -101,6 +109,9 @@ def field_text(column: Column, value: object) -> str:
     if value is None:
         return "\\N"
     kind = column.kind
+    if kind == "compressed":
+        # bytea in hex; the backslash of "\x" doubled for COPY's text format
+        return "\\\\x" + detail_compress(json_bytes(value)).hex()
     if kind == "json":
         return _json_text(value)
     if kind == "bool":
@@ -132,8 +143,11 @@ def copy_text_value(raw: bytes) -> str:
     return _COPY_UNESCAPE.sub(lambda m: _COPY_UNESCAPES.get(m.group(1), m.group(1)), text) if "\\" in text else text
 
 
-def row_decode(columns: tuple[str, ...], line: bytes) -> AuditRecord:
-    """The record a COPY text line holds (for the ORM path and for reading set-aside rows)."""
+def row_decode(columns: tuple[str, ...], line: bytes, *, detail_as_json: bool = False) -> AuditRecord:
+    """The record a COPY text line holds (for the ORM path and for reading set-aside rows).
+
+    `detail_as_json`: a line of a v1 segment, whose compressed columns hold JSON text.
+    """
     values = line.rstrip(b"\n").decode("utf-8").split("\t")
     if len(values) != len(columns):
         raise ValueError(f"{len(values)} fields for {len(columns)} columns")
@@ -144,7 +158,14 @@ def row_decode(columns: tuple[str, ...], line: bytes) -> AuditRecord:
             continue
         text = _COPY_UNESCAPE.sub(lambda m: _COPY_UNESCAPES.get(m.group(1), m.group(1)), raw) if "\\" in raw else raw
         kind = KINDS.get(name)
-        record[name] = json.loads(text) if kind == "json" else (text == "t") if kind == "bool" else text
+        if kind == "compressed" and not detail_as_json:
+            if not text.startswith("\\x"):
+                raise ValueError(f"{name} is not a compressed detail value")
+            record[name] = json.loads(detail_decompress(bytes.fromhex(text[2:])))
+        elif kind in ("json", "compressed"):
+            record[name] = json.loads(text)
+        else:
+            record[name] = (text == "t") if kind == "bool" else text
     return record
 
 

@@ -23,7 +23,16 @@ from pathlib import Path
 from django.conf import settings
 
 from ..metrics import AUDIT_ROWS_REJECTED
-from .encoding import COLUMNS, HEADER, HEADER_PREFIX, AuditRecord, header_line, row_decode, row_encode
+from .encoding import (
+    COLUMNS,
+    HEADER,
+    HEADER_PREFIX,
+    HEADER_PREFIX_V1,
+    AuditRecord,
+    header_line,
+    row_decode,
+    row_encode,
+)
 
 logger = logging.getLogger("volcano_injector.audit")
 
@@ -257,7 +266,7 @@ class Spool:
 def _row_count(data: bytes, *, from_start: bool) -> int:
     """Rows in complete lines of segment bytes; `from_start`: the bytes begin at the file's start (header)."""
     rows = data.count(b"\n")
-    if from_start and data.startswith(HEADER_PREFIX) and rows:
+    if from_start and data.startswith((HEADER_PREFIX, HEADER_PREFIX_V1)) and rows:
         rows -= 1
     return rows
 
@@ -268,9 +277,11 @@ def segment_read(segment: Segment) -> tuple[tuple[str, ...], list[bytes]]:
         # A segment its owner left unsealed (a SIGKILL) still has the zeros of its reserved space.
         data = handle.read().rstrip(b"\0")
     columns = COLUMNS
-    if data.startswith(HEADER_PREFIX):
+    v1 = data.startswith(HEADER_PREFIX_V1)  # before the compressed detail columns: they hold JSON text
+    if data.startswith(HEADER_PREFIX) or v1:
         header, _, data = data.partition(b"\n")
-        columns = tuple(header[len(HEADER_PREFIX):].decode().split(","))
+        prefix = HEADER_PREFIX_V1 if v1 else HEADER_PREFIX
+        columns = tuple(header[len(prefix):].decode().split(","))
     lines = data.split(b"\n")
     if lines and lines[-1]:
         # A line without its newline: the process died while copying it, before it answered; that
@@ -282,10 +293,10 @@ def segment_read(segment: Segment) -> tuple[tuple[str, ...], list[bytes]]:
         lines, unreadable = _reencoded(lines, _json_record)
         if unreadable:
             quarantine(segment.path.parent, (), unreadable, "not a JSON object")
-    elif columns != COLUMNS:
-        # Written by a version with other columns (an upgrade with the spool on a persistent volume):
-        # re-encode for today's table, so a column added since takes its default, not NULL.
-        lines, unreadable = _reencoded(lines, lambda line: row_decode(columns, line))
+    elif columns != COLUMNS or v1:
+        # Written by a version with other columns or another encoding (an upgrade with the spool on a
+        # persistent volume): re-encode for today's table, so a column added since takes its default, not NULL.
+        lines, unreadable = _reencoded(lines, lambda line: row_decode(columns, line, detail_as_json=v1))
         if unreadable:
             quarantine(segment.path.parent, columns, unreadable, "fields do not match the header")
         columns = COLUMNS

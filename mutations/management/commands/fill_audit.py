@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import copy as copylib
 import json
+import multiprocessing
 import random
 import time
 import uuid
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from mutations.engine import pod_inputs
+from mutations.audit.encoding import KINDS
+from mutations.compression import detail_compress
 from mutations.models import AdmissionAudit
 from profiles.preview import pod_preview
 
@@ -102,33 +106,58 @@ class Command(BaseCommand):
         parser.add_argument("--rows", type=int, default=10_000, help="How many rows to add (default 10000).")
         parser.add_argument("--days", type=int, default=90, help="Spread over this many days up to now (default 90).")
         parser.add_argument("--seed", type=int, default=1, help="Random seed, for repeatable data.")
+        parser.add_argument("--workers", type=int, default=1,
+                            help="Processes filling in parallel, each with its own connection (default 1: one "
+                                 "transaction for all rows; more: one transaction per chunk of rows).")
 
-    def handle(self, *args, rows: int, days: int, seed: int, **options):
+    def handle(self, *args, rows: int, days: int, seed: int, workers: int, **options):
         if rows < 1:
             raise CommandError("--rows must be at least 1")
         if days < 1:
             raise CommandError("--days must be at least 1")
+        if not 1 <= workers <= 32:
+            raise CommandError(f"--workers {workers} is out of range: use 1 to 32")
         if connection.vendor != "postgresql":
             raise CommandError("fill_audit needs PostgreSQL (it writes with COPY)")
         started = time.perf_counter()
-        rng = random.Random(seed)
         templates = self._templates()
         end = datetime.now(UTC)
-        times = sorted(self._random_time(rng, end, days) for _ in range(rows))
+        shares = [rows // workers + (1 if i < rows % workers else 0) for i in range(workers)]
+        if workers == 1:
+            Command._fill(templates, rows, days, seed, end, one_transaction=True)
+        else:
+            connections.close_all()  # each process opens its own after the fork
+            context = multiprocessing.get_context("fork")
+            with context.Pool(workers) as pool:
+                pool.starmap(Command._fill, [(templates, share, days, seed * 1000 + i, end, False)
+                                          for i, share in enumerate(shares) if share])
+        self.stdout.write(f"added {rows} audit rows over {days} days in {time.perf_counter() - started:.1f} s")
+
+    @staticmethod
+    def _fill(templates: dict[str, list[dict]], rows: int, days: int, seed: int, end: datetime,
+              one_transaction: bool) -> None:
+        """Write `rows` rows of the templates on this process's connection (a worker's, after the fork)."""
+        rng = random.Random(seed)
+        times = sorted(Command._random_time(rng, end, days) for _ in range(rows))
         decisions = rng.choices(list(DECISION_WEIGHTS), weights=list(DECISION_WEIGHTS.values()), k=rows)
+        prepared = {decision: [Command._prepared(t) for t in group] for decision, group in templates.items()}
         sql = f'COPY {AdmissionAudit._meta.db_table} ({", ".join(COLUMNS)}) FROM STDIN'
-        # One transaction: all rows or none. Behind PgBouncer's transaction pooling it also keeps the session
-        # if the COPY fails midway, where a COPY on its own lets PgBouncer hand the session on while this
-        # client still streams data into it (docs/database-pooling.md).
-        with transaction.atomic(), connection.cursor() as cursor:
+        # One transaction (one worker): all rows or none. Behind PgBouncer's transaction pooling it also keeps
+        # the session if the COPY fails midway, where a COPY on its own lets PgBouncer hand the session on while
+        # this client still streams data into it (docs/database-pooling.md). Several workers: one transaction
+        # per chunk, so their COPYs overlap (the rollups' trigger holds its lock to each commit).
+        with transaction.atomic() if one_transaction else nullcontext(), connection.cursor() as cursor:
             # One COPY per chunk: the table's trigger adds each statement's rows to the rollups from a
             # transition table, which stays in memory at this size.
             for start in range(0, rows, COPY_CHUNK_ROWS):
-                with cursor.cursor.copy(sql) as copy:
-                    for created_at, decision in zip(times[start:start + COPY_CHUNK_ROWS],
-                                                    decisions[start:start + COPY_CHUNK_ROWS], strict=True):
-                        copy.write_row(self._row(rng, rng.choice(templates[decision]), created_at))
-        self.stdout.write(f"added {rows} audit rows over {days} days in {time.perf_counter() - started:.1f} s")
+                lines = [Command._line(rng, rng.choice(prepared[decision]), created_at) for created_at, decision
+                         in zip(times[start:start + COPY_CHUNK_ROWS], decisions[start:start + COPY_CHUNK_ROWS],
+                                strict=True)]
+                with transaction.atomic() if not one_transaction else nullcontext(), \
+                        cursor.cursor.copy(sql) as copy:
+                    copy.write("".join(lines).encode())
+        if not one_transaction:
+            connection.close()  # a worker process's own connection
 
     @staticmethod
     def _random_time(rng: random.Random, end: datetime, days: int) -> datetime:
@@ -205,7 +234,18 @@ class Command(BaseCommand):
         }
 
     @staticmethod
-    def _row(rng: random.Random, template: dict, created_at: datetime) -> list:
+    def _prepared(template: dict) -> dict:
+        """The template with every column's COPY text that does not vary from row to row."""
+        static = {column: _copy_text(template[column]) for column in COLUMNS if column in template}
+        for column in COLUMNS:
+            if KINDS[column] == "compressed":  # the template holds its JSON text
+                static[column] = "\\\\x" + detail_compress(template[column].encode()).hex()
+        static.update(dry_run="f", caller_verified="f")
+        return {"template": template, "static": static}
+
+    @staticmethod
+    def _line(rng: random.Random, prepared: dict, created_at: datetime) -> str:
+        template = prepared["template"]
         naming = template["naming"]
         pod_name, generate_name, owner_name = template["pod_name"], template["generate_name"], template["owner_name"]
         if naming == "hash":
@@ -219,16 +259,20 @@ class Command(BaseCommand):
         elif naming == "ordinal":
             pod_name = f"{pod_name}{rng.randrange(8)}"
         values = {
-            **template,
-            "created_at": created_at,
+            **prepared["static"],
+            "created_at": created_at.isoformat(),
             "request_uid": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
             "pod_name": pod_name,
             "generate_name": generate_name,
             "owner_name": owner_name,
             "username": rng.choice(USERS),
-            "dry_run": False,
-            "caller_verified": False,
-            "duration_ms": round(rng.lognormvariate(-1.0, 0.6) + (rng.random() < 0.01) * rng.uniform(5, 60), 3),
+            "duration_ms": str(round(rng.lognormvariate(-1.0, 0.6) + (rng.random() < 0.01) * rng.uniform(5, 60), 3)),
             "replica": rng.choice(REPLICAS),
         }
-        return [values[column] for column in COLUMNS]
+        return "\t".join([values[column] for column in COLUMNS]) + "\n"
+
+
+def _copy_text(value: object) -> str:
+    """A value in PostgreSQL's COPY text format (names here never hold tabs or newlines; JSON may hold backslashes)."""
+    text = value if isinstance(value, str) else str(value)
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")

@@ -150,3 +150,46 @@ def test_0010_partitions_a_table_with_rows_and_keeps_every_row_id_and_count():
             assert cursor.fetchone()[0] == 0
     finally:
         migrate(("mutations", _latest()))
+
+
+def detail_types() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT atttypid::regtype::text FROM pg_attribute WHERE attrelid = "
+                       "'mutations_admissionaudit'::regclass AND attname IN ('containers', 'resources_before', "
+                       "'patch', 'warnings')")
+        return {kind for (kind,) in cursor.fetchall()}
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_0011_compresses_the_detail_of_every_row_and_reads_it_back_the_same_and_reverses():
+    before_0011 = ("mutations", "0010_audit_partitioned_by_day")
+    try:
+        migrate(before_0011)
+        audit_0010 = MigrationExecutor(connection).loader.project_state(before_0011).apps.get_model(
+            "mutations", "AdmissionAudit")
+        details = {"patch": PATCH, "containers": [{"container": "vllm", "vgpu_number": 1, "tab": "a\tb\\c"}],
+                   "resources_before": [{"container": "vllm", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                   "warnings": ["preset llm-7b", "ünïcode ✓"]}
+        for i in range(3):
+            audit_0010.objects.create(created_at=datetime(2026, 12, 1 + i, 23, 59, tzinfo=UTC), request_uid=f"d-{i}",
+                                      decision="mutated", namespace="team-a", vgpu_memory_mib=1024, **details)
+        ids = sorted(audit_0010.objects.values_list("id", flat=True))
+        migrate(("mutations", "0011_audit_detail_compressed"))
+        assert detail_types() == {"bytea"}
+        rows = AdmissionAudit.objects.order_by("id")
+        assert [r.id for r in rows] == ids
+        for row in rows:
+            assert {k: getattr(row, k) for k in details} == details
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT sum(admissions) FROM mutations_auditrollupdaily")
+            assert cursor.fetchone()[0] == 3
+        AdmissionAudit.objects.create(created_at=datetime(2026, 12, 3, tzinfo=UTC), request_uid="d-new",
+                                      decision="mutated")  # the triggers moved to the new table
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT sum(admissions) FROM mutations_auditrollupdaily")
+            assert cursor.fetchone()[0] == 4
+        migrate(before_0011)
+        assert detail_types() == {"json"}
+        assert {k: getattr(audit_0010.objects.get(request_uid="d-1"), k) for k in details} == details
+    finally:
+        migrate(("mutations", _latest()))

@@ -453,3 +453,31 @@ def test_batch_with_new_rows_and_a_replayed_one_writes_the_new_ones_once():
         audit_record_submit(record=record(uid))
     assert audit_flush(timeout_seconds=10) == 2
     assert sorted(AdmissionAudit.objects.values_list("request_uid", flat=True)) == ["new-1", "new-2", "seen"]
+
+
+@pytest.mark.django_db
+def test_segment_of_the_version_before_compressed_details_is_written_with_its_json(audit_spool_dir):
+    """A v1 segment (before mutations/compression) holds JSON text in the detail columns: re-encoded, not
+    copied into bytea as it is."""
+    row = record("from-v1", patch=[{"op": "replace", "path": "/spec/schedulerName", "value": "volcano"}],
+                 warnings=["tab\there"])
+    values = {c.name: row.get(c.name, c.default) for c in encoding.TABLE_COLUMNS}
+    fields = [encoding._json_text(values[c.name]) if c.kind == "compressed" else encoding.field_text(c, values[c.name])
+              for c in encoding.TABLE_COLUMNS]
+    body = encoding.HEADER_PREFIX_V1 + ",".join(encoding.COLUMNS).encode() + b"\n" + ("\t".join(fields) + "\n").encode()
+    audit_spool_dir.mkdir(parents=True)
+    (audit_spool_dir / f"audit-1-1-1{audit_spool.SEGMENT_SUFFIX}").write_bytes(body)
+    assert audit_backlog_rows() == 1
+    assert audit_flush(timeout_seconds=10) == 1
+    stored = AdmissionAudit.objects.get()
+    assert (stored.patch, stored.warnings) == (row["patch"], ["tab\there"])
+
+
+def test_detail_columns_are_encoded_compressed_and_decode_back():
+    row = record("compressed", patch=[{"op": "add", "path": "/metadata/annotations/volcano-injector.io~1applied-preset",
+                                       "value": "llm-7b"}], warnings=["ünïcode\n✓", "back\\slash"])
+    line = encoding.row_encode(row)
+    field = line.split(b"\t")[encoding.COLUMNS.index("patch")]
+    assert field.startswith(b"\\\\x") and b"applied-preset" not in field
+    decoded = encoding.row_decode(encoding.COLUMNS, line)
+    assert (decoded["patch"], decoded["warnings"]) == (row["patch"], row["warnings"])

@@ -42,3 +42,18 @@ def test_rows_spread_over_the_days_asked_for():
 def test_bad_row_count_is_refused():
     with pytest.raises(CommandError):
         call_command("fill_audit", "--rows", "0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_several_workers_fill_every_row_once_and_the_rollups_count_them():
+    from mutations.models import AuditRollupDaily
+
+    call_command("fill_audit", "--rows", "3001", "--days", "5", "--workers", "2")
+    assert AdmissionAudit.objects.count() == 3001
+    assert AdmissionAudit.objects.values("request_uid").distinct().count() == 3001
+    assert sum(AuditRollupDaily.objects.values_list("admissions", flat=True)) == 3001
+
+
+def test_bad_worker_count_is_refused():
+    with pytest.raises(CommandError, match="--workers 0 is out of range"):
+        call_command("fill_audit", "--workers", "0")
