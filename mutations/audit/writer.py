@@ -88,10 +88,6 @@ class AuditWriter:
         last_scan = last_partitions = None
         while not self.stop_event.wait(delay):
             now = time.monotonic()
-            check_every = settings.INJECTOR_AUDIT_PARTITION_CHECK_SECONDS
-            if inserter is not None and (last_partitions is None or now - last_partitions >= check_every):
-                last_partitions = now
-                inserter.partitions_create()  # the days ahead: a catalog query when they exist
             adopt = last_scan is None or now - last_scan >= settings.INJECTOR_AUDIT_ADOPT_SECONDS
             if adopt:
                 last_scan = now
@@ -112,6 +108,11 @@ class AuditWriter:
                         "outage_seconds": round(time.monotonic() - self.failing_since, 1)})
                     self.failing_since = None
                 delay = interval
+            check_every = settings.INJECTOR_AUDIT_PARTITION_CHECK_SECONDS
+            if inserter is not None and (last_partitions is None or now - last_partitions >= check_every):
+                # After the rows: the days ahead (a catalog query when they exist), never before a write.
+                last_partitions = now
+                inserter.partitions_create()
             AUDIT_BACKLOG.set(self.spool.pending_rows())
         self.spool.discard_spare()
         if inserter is not None:
