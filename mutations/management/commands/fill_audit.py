@@ -274,5 +274,7 @@ class Command(BaseCommand):
 
 def _copy_text(value: object) -> str:
     """A value in PostgreSQL's COPY text format (names here never hold tabs or newlines; JSON may hold backslashes)."""
+    if value is None:
+        return "\\N"
     text = value if isinstance(value, str) else str(value)
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
