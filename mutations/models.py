@@ -109,13 +109,13 @@ class AdmissionAudit(models.Model):
         indexes = [
             # The writer's replay check, request_uid = ANY(batch) AND created_at within the replay window
             # (one or two partitions), uses audit_request_uid_hash: a hash index, a third of a btree's
-            # bytes per row, made by migration 0013 on PostgreSQL only and not declared here (SQLite,
-            # for development, has no hash index; 0013 gives it a plain one).
+            # bytes per row, made by migration 0015 on PostgreSQL only and not declared here (SQLite,
+            # for development, has no hash index; 0015 gives it a plain one).
             # History unfiltered, newest first, keyset pages and time ranges:
             # ORDER BY created_at DESC, id DESC WHERE (created_at, id) < cursor LIMIT n+1; also history
             # filtered by decision (six values, the rarest 2 % of rows: the newest rows hold a page of
             # any of them) and the overview's latest denials and errors. (The overview's counts come
-            # from the rollups: no INCLUDE columns for index-only aggregates any more, migration 0013.)
+            # from the rollups: no INCLUDE columns for index-only aggregates any more, migration 0015.)
             models.Index(fields=["-created_at", "-id"], name="audit_created_desc"),
             # History filtered by namespace: WHERE namespace = ? ORDER BY created_at DESC, id DESC.
             models.Index(fields=["namespace", "-created_at", "-id"], name="audit_namespace_created"),

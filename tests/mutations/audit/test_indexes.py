@@ -85,7 +85,7 @@ def sequential_scans(plan: str) -> list[str]:
         ({}, "-created_at", "audit_created_desc"),
         ({}, "created_at", "audit_created_desc"),
         ({"namespace": "team-rare"}, "-created_at", "audit_namespace_created"),
-        # six decisions: the newest rows hold a page of even the rarest (2 %): no index of its own (0013)
+        # six decisions: the newest rows hold a page of even the rarest (2 %): no index of its own (0015)
         ({"decision": "error"}, "-created_at", "audit_created_desc"),
         ({"preset": "rare-preset"}, "-created_at", "audit_preset_created"),
         ({"user": "rare@example.com"}, "-created_at", "audit_user_created"),

@@ -166,20 +166,20 @@ def detail_types() -> set[str]:
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_0012_compresses_the_detail_of_every_row_and_reads_it_back_the_same_and_reverses():
-    before_0012 = ("mutations", "0011_audit_explanation")
+def test_0014_compresses_the_detail_of_every_row_and_reads_it_back_the_same_and_reverses():
+    before_0014 = ("mutations", "0013_audit_engine_inputs")
     try:
-        migrate(before_0012)
-        audit_0011 = MigrationExecutor(connection).loader.project_state(before_0012).apps.get_model(
+        migrate(before_0014)
+        audit_0013 = MigrationExecutor(connection).loader.project_state(before_0014).apps.get_model(
             "mutations", "AdmissionAudit")
         details = {"patch": PATCH, "containers": [{"container": "vllm", "vgpu_number": 1, "tab": "a\tb\\c"}],
                    "resources_before": [{"container": "vllm", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
                    "warnings": ["preset llm-7b", "ünïcode ✓"]}
         for i in range(3):
-            audit_0011.objects.create(created_at=datetime(2026, 12, 1 + i, 23, 59, tzinfo=UTC), request_uid=f"d-{i}",
+            audit_0013.objects.create(created_at=datetime(2026, 12, 1 + i, 23, 59, tzinfo=UTC), request_uid=f"d-{i}",
                                       decision="mutated", namespace="team-a", vgpu_memory_mib=1024, **details)
-        ids = sorted(audit_0011.objects.values_list("id", flat=True))
-        migrate(("mutations", "0012_audit_detail_compressed"))
+        ids = sorted(audit_0013.objects.values_list("id", flat=True))
+        migrate(("mutations", "0014_audit_detail_compressed"))
         assert detail_types() == {"bytea"}
         rows = AdmissionAudit.objects.order_by("id")
         assert [r.id for r in rows] == ids
@@ -193,8 +193,8 @@ def test_0012_compresses_the_detail_of_every_row_and_reads_it_back_the_same_and_
         with connection.cursor() as cursor:
             cursor.execute("SELECT sum(admissions) FROM mutations_auditrollupdaily")
             assert cursor.fetchone()[0] == 4
-        migrate(before_0012)
+        migrate(before_0014)
         assert detail_types() == {"json"}
-        assert {k: getattr(audit_0011.objects.get(request_uid="d-1"), k) for k in details} == details
+        assert {k: getattr(audit_0013.objects.get(request_uid="d-1"), k) for k in details} == details
     finally:
         migrate(("mutations", _latest()))

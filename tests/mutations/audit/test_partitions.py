@@ -131,7 +131,7 @@ def test_a_new_days_indexes_are_the_tables_and_its_trigram_index_has_no_pending_
                        "JOIN pg_inherits i ON i.inhrelid = c.oid JOIN pg_class p ON p.oid = i.inhparent "
                        "WHERE x.indrelid = %s::regclass", [partitions.partition_name(day)])
         indexes = dict(cursor.fetchall())
-    assert indexes["audit_pod_names_trgm"] == ["fastupdate=off"]  # about 100 bytes a row instead of 500 (0013)
+    assert indexes["audit_pod_names_trgm"] == ["fastupdate=off"]  # about 100 bytes a row instead of 500 (0015)
     assert {"audit_created_desc", "audit_request_uid_hash", "mutations_admissionaudit_pkey"} <= set(indexes)
 
 

@@ -47,7 +47,7 @@ def no_uid_index(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("mutations", "0012_audit_detail_compressed"),
+        ("mutations", "0014_audit_detail_compressed"),
     ]
 
     operations = [

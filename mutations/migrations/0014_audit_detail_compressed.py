@@ -23,7 +23,7 @@ import mutations.compression
 _0010 = importlib.import_module("mutations.migrations.0010_audit_partitioned_by_day")
 
 TABLE = "mutations_admissionaudit"
-OLD = f"{TABLE}_before_0012"
+OLD = f"{TABLE}_before_0014"
 DETAIL = ("containers", "resources_before", "patch", "warnings")
 STEP = timedelta(hours=6)
 
@@ -136,7 +136,7 @@ def expand(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("mutations", "0011_audit_explanation"),
+        ("mutations", "0013_audit_engine_inputs"),
     ]
 
     operations = [
