@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import django_filters
 from django import forms
 from django.db.models import Q, QuerySet
@@ -14,20 +16,29 @@ from ..models import AdmissionAudit
 WOULD_DENY, WOULD_APPLY = "would-deny", "would-apply"
 # The overview's "Denied or failed" card: both problem decisions at once.
 PROBLEMS = "denied-or-error"
+# Characters the API server appends to generateName to name a Pod.
+GENERATED_SUFFIX_CHARS = 5
 DECISION_CHOICES = [(d.value, d.value) for d in Decision] + [
     (WOULD_DENY, "audit-only: would deny"), (WOULD_APPLY, "audit-only: would apply"),
     (PROBLEMS, "denied or error")]
 
 
 class AuditFilter(django_filters.FilterSet):
-    """namespace, decision, preset, user, a time range and a piece of the Pod's name."""
+    """namespace and user (exact or a * pattern), decision, policy, preset, a time range, words of the reason,
+    and the Pod's name (a piece of it, or the full name of a Pod the API server named from generateName)."""
 
-    namespace = django_filters.CharFilter(field_name="namespace", help_text="Exact namespace.")
+    namespace = django_filters.CharFilter(
+        method="filter_pattern", max_length=253,
+        help_text="A namespace, or a pattern with * (team-* is every namespace starting with team-).")
     decision = django_filters.ChoiceFilter(method="filter_decision", choices=DECISION_CHOICES,
                                            empty_label="any decision")
     policy = django_filters.CharFilter(field_name="policy_name", help_text="Exact namespace policy (name or pattern).")
     preset = django_filters.CharFilter(field_name="preset_name", help_text="Exact preset name.")
-    user = django_filters.CharFilter(field_name="username", help_text="Exact requesting user.")
+    user = django_filters.CharFilter(
+        method="filter_pattern", max_length=256,
+        help_text="A requesting user, or a pattern with * (*@example.com, system:serviceaccount:ml:*).")
+    reason = django_filters.CharFilter(method="filter_reason", max_length=200,
+                                       help_text="Words in the reason (any case), e.g. max_vgpu_memory_mib.")
     since = django_filters.IsoDateTimeFilter(
         field_name="created_at", lookup_expr="gte", help_text="From this time (ISO 8601, inclusive).",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
@@ -37,7 +48,7 @@ class AuditFilter(django_filters.FilterSet):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
     )
     q = django_filters.CharFilter(method="filter_pod_name", max_length=253,
-                                  help_text="Part of the Pod's name or generateName.")
+                                  help_text="Part of the Pod's name or generateName, or the full name kubectl shows.")
 
     class Meta:
         model = AdmissionAudit
@@ -60,4 +71,26 @@ class AuditFilter(django_filters.FilterSet):
         term = value.strip().lower()
         if not term:
             return queryset
-        return queryset.filter(Q(pod_name__contains=term) | Q(generate_name__contains=term))
+        found = Q(pod_name__contains=term) | Q(generate_name__contains=term)
+        # A Pod named from generateName is audited before its name exists: the name kubectl shows is the
+        # generateName plus 5 random characters, so the full name finds its row by that prefix (the trigram
+        # index answers equality too).
+        if len(term) > GENERATED_SUFFIX_CHARS:
+            found |= Q(generate_name=term[:-GENERATED_SUFFIX_CHARS])
+        return queryset.filter(found)
+
+    def filter_pattern(self, queryset: QuerySet[AdmissionAudit], name: str, value: str) -> QuerySet[AdmissionAudit]:
+        column = {"namespace": "namespace", "user": "username"}[name]
+        value = value.strip()
+        if "*" not in value:
+            return queryset.filter(**{column: value})  # exact: its own index
+        parts = value.split("*")
+        if len(parts) == 2 and not parts[1]:
+            return queryset.filter(**{f"{column}__startswith": parts[0]})
+        pattern = "^" + ".*".join(re.escape(part) for part in parts) + "$"
+        return queryset.filter(**{f"{column}__regex": pattern})
+
+    def filter_reason(self, queryset: QuerySet[AdmissionAudit], name: str, value: str) -> QuerySet[AdmissionAudit]:
+        # No index serves this: it filters rows as the time-ordered scan reads them (a page stops at 51 matches).
+        term = value.strip()
+        return queryset.filter(reason__icontains=term) if term else queryset

@@ -141,3 +141,42 @@ def area(*, buckets: list[datetime], values: list[float], bucket: str, title: st
     parts += _x_labels(buckets, bucket, x_of, TOP + plot_h)
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - every text inside is escaped or a number
+
+
+# Colours of the series in a stacked chart by name (namespaces, presets), in order; the last is "other".
+SERIES_COLOURS = ["#2b6cb0", "#2f855a", "#b7791f", "#805ad5", "#c53030", "#319795", "#718096"]
+
+
+def series_bars(*, buckets: list[datetime], values: list[dict[str, float]], names: list[str],
+                pods: list[dict[str, int]], bucket: str, title: str, unit: str) -> SafeString:
+    """A quantity per bucket stacked by name (e.g. GiB granted per hour by namespace), each segment's title
+    giving the value and the Pods behind it; colours by the name's place in `names` (SERIES_COLOURS)."""
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    ticks = nice_ticks(max((sum(v.values()) for v in values), default=0))
+    top = ticks[-1] or 1
+    n = max(len(buckets), 1)
+    slot = plot_w / n
+    bar_w = max(slot * 0.8, 1)
+    parts = [(f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
+              f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>')]
+    parts += _axes(ticks, plot_w, plot_h, unit)
+    for i, (moment, by_name) in enumerate(zip(buckets, values, strict=True)):
+        x = LEFT + i * slot + (slot - bar_w) / 2
+        y: float = TOP + plot_h
+        when = moment.strftime("%Y-%m-%d %H:%M" if bucket == "hour" else "%Y-%m-%d")
+        for index, name in enumerate(names):
+            value = by_name.get(name, 0)
+            if not value:
+                continue
+            h = value / top * plot_h
+            y -= h
+            colour = SERIES_COLOURS[min(index, len(SERIES_COLOURS) - 1)]
+            count = pods[i].get(name, 0)
+            parts.append(
+                f'<rect class="bar series" x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{max(h, 0.5):.1f}" '
+                f'fill="{colour}"><title>{when} UTC: {escape(name or "(none)")} {value:g} {escape(unit)} '
+                f'({count} Pod{"s" if count != 1 else ""} converted)</title></rect>'
+            )
+    parts += _x_labels(buckets, bucket, lambda i: LEFT + i * slot + slot / 2, TOP + plot_h)
+    parts.append("</svg>")
+    return mark_safe("".join(parts))  # noqa: S308 - every text inside is escaped or a number

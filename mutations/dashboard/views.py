@@ -20,7 +20,7 @@ from injector_site.database import session_database
 from profiles.changes.selectors import configuration_at
 from profiles.selectors import configuration_names, namespace_policy_named, namespace_quota_list, preset_named
 
-from ..audit import audit_backlog_rows, rehearsal, selectors
+from ..audit import audit_backlog_rows, memory, rehearsal, selectors
 from ..audit.filters import DECISION_CHOICES, WOULD_DENY, AuditFilter
 from ..engine import Decision
 from ..engine.jsonpatch import unescape
@@ -31,7 +31,7 @@ from . import charts
 from .resources import resources_side_by_side
 
 logger = logging.getLogger("volcano_injector.dashboard")
-FILTER_KEYS = ("namespace", "decision", "preset", "policy", "user", "since", "until", "q")
+FILTER_KEYS = ("namespace", "decision", "preset", "policy", "user", "since", "until", "q", "reason")
 # A CSV export stops here: enough for any investigation, bounded for the database and the browser.
 EXPORT_MAX_ROWS = 100_000
 CSV_COLUMNS = ["created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name", "owner_kind",
@@ -94,8 +94,7 @@ def overview(request):
         decisions=decisions,
         admissions_chart=charts.stacked_bars(buckets=data.buckets, counts=data.counts, bucket=data.bucket,
                                              title=f"Admissions per {per} by decision"),
-        memory_chart=charts.area(buckets=data.buckets, values=[gib(m) for m in data.memory_mib],
-                                 bucket=data.bucket, title=f"vGPU memory granted per {per}", unit="GiB"),
+        memory_by={key: _memory_series(key=key, data=data, per=per) for key in ("namespace", "preset")},
         top_namespaces=[{**n, "width": n["n"] / top_count * 100, "problem_width": n["problems"] / top_count * 100,
                          "ok_width": (n["n"] - n["problems"]) / top_count * 100, "gib": gib(n["mib"])}
                         for n in data.top_namespaces],
@@ -110,6 +109,44 @@ def overview(request):
         unconverted_scan=unconverted_scan_latest(),
     )
     return render(request, "dashboard/overview.html", context)
+
+
+# Namespaces (presets) drawn one by one in the memory charts; the rest are summed as "other".
+SERIES_SHOWN = 6
+OTHER_SERIES = "other"
+
+
+def _memory_series(*, key: str, data: selectors.Overview, per: str) -> dict:
+    """vGPU memory granted per bucket stacked by namespace or preset, its legend, and Pods converted."""
+    rows = memory.memory_granted_by(key=key, since=data.since, until=data.until, bucket=data.bucket)
+    totals: dict[str, list[int]] = {}
+    for row in rows:
+        total = totals.setdefault(row["name"], [0, 0])
+        total[0] += row["mib"]
+        total[1] += row["n"]
+    ranked = sorted(totals, key=lambda name: (-totals[name][0], name))
+    shown = ranked[:SERIES_SHOWN]
+    names = shown + ([OTHER_SERIES] if len(ranked) > SERIES_SHOWN else [])
+    index = {moment: i for i, moment in enumerate(data.buckets)}
+    values: list[dict[str, float]] = [{} for _ in data.buckets]
+    pods: list[dict[str, int]] = [{} for _ in data.buckets]
+    for row in rows:
+        i = index.get(row["bucket"])
+        if i is None:
+            continue
+        name = row["name"] if row["name"] in shown else OTHER_SERIES
+        values[i][name] = values[i].get(name, 0) + row["mib"] / 1024
+        pods[i][name] = pods[i].get(name, 0) + row["n"]
+    legend = []
+    for position, name in enumerate(names):
+        members = [name] if name != OTHER_SERIES else ranked[SERIES_SHOWN:]
+        legend.append({"name": name, "key": key, "other": name == OTHER_SERIES,
+                       "colour": charts.SERIES_COLOURS[min(position, len(charts.SERIES_COLOURS) - 1)],
+                       "gib": gib(sum(totals[m][0] for m in members)), "pods": sum(totals[m][1] for m in members)})
+    title = f"vGPU memory granted per {per} by {key}"
+    return {"chart": charts.series_bars(buckets=data.buckets, values=values, names=names, pods=pods,
+                                        bucket=data.bucket, title=title, unit="GiB"),
+            "legend": legend, "title": title}
 
 
 @require_GET
@@ -131,6 +168,7 @@ def history(request):
         request, form=form, page=page, errors=errors, sort=sort, sorts=selectors.SORTS,
         query=query.urlencode(), filters=filters,
         export_query=_urlencode({**filters, **({"sort": sort} if sort != selectors.DEFAULT_SORT else {})}),
+        export_max_rows=EXPORT_MAX_ROWS,
         choices=configuration_names(), decisions=DECISION_CHOICES,
     )
     return render(request, "dashboard/history.html", context, status=400 if errors else 200)
@@ -216,11 +254,13 @@ def budgets(request):
 def export_csv(request):
     filters = _filters(request)
     try:
-        rows = selectors.audit_export_rows(filters=filters, sort=request.GET.get("sort") or selectors.DEFAULT_SORT,
-                                           limit=EXPORT_MAX_ROWS, database=session_database())
+        sort = request.GET.get("sort") or selectors.DEFAULT_SORT
+        rows = selectors.audit_export_rows(filters=filters, sort=sort, limit=EXPORT_MAX_ROWS + 1,
+                                           database=session_database())
     except selectors.FilterError as exc:
         return HttpResponseBadRequest(f"bad filter: {exc}", content_type="text/plain")
-    response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv; charset=utf-8")
+    response = StreamingHttpResponse(_csv_lines(rows, filters=filters, sort=sort, limit=EXPORT_MAX_ROWS),
+                                     content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="admission-audit.csv"'
     return response
 
@@ -230,10 +270,17 @@ class _Echo:
         return value
 
 
-def _csv_lines(rows):
+def _csv_lines(rows, *, filters: dict[str, str] | None = None, sort: str = selectors.DEFAULT_SORT,
+               limit: int | None = None):
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_COLUMNS)
+    count, last = 0, None
     for row in rows:
+        count += 1
+        if limit is not None and count > limit:  # one row past the limit: more match than were written
+            yield writer.writerow([_cut_note(limit=limit, last=last, filters=filters or {}, sort=sort)])
+            return
+        last = row
         values = []
         for column in CSV_COLUMNS:
             value = getattr(row, column)
@@ -254,6 +301,16 @@ def csv_cell(value: object) -> object:
     if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
         return "'" + value
     return value
+
+
+def _cut_note(*, limit: int, last: AdmissionAudit | None, filters: dict[str, str], sort: str) -> str:
+    """The export's last line when it stopped at `limit` rows: that it was cut, and how to read the rest."""
+    note = f"# cut at {limit} rows: more rows match these filters. "
+    if sort == selectors.DEFAULT_SORT and last is not None:
+        rest = reverse("audit-list") + "?" + urlencode({**filters, "until": last.created_at.isoformat()})
+        return note + (f"The rest (older) come from GET {rest} and its next links (cursor pages), "
+                       "or export again with that until.")
+    return note + "Narrow the filters (a time range), or read every row from GET /api/v1/audit/ (cursor pages)."
 
 
 def _urlencode(filters: dict[str, str]) -> str:

@@ -37,3 +37,16 @@ def test_time_axis_labels_midnight_with_the_date_and_hours_with_the_time():
 def test_titles_are_escaped():
     svg = str(charts.area(buckets=HOURS[:2], values=[1, 2], bucket="hour", title="<script>", unit="GiB"))
     assert "<script>" not in svg and "&lt;script&gt;" in svg
+
+
+def test_memory_bars_stack_by_name_with_the_pods_and_escape_names():
+    values = [{} for _ in HOURS]
+    values[2] = {"team-a": 48.0, "<b>": 16.0}
+    pods = [{} for _ in HOURS]
+    pods[2] = {"team-a": 2, "<b>": 1}
+    svg = str(charts.series_bars(buckets=HOURS, values=values, names=["team-a", "<b>"], pods=pods, bucket="hour",
+                                 title="t", unit="GiB"))
+    heights = [float(h) for h in re.findall(r'<rect class="bar series"[^>]*height="([\d.]+)"', svg)]
+    assert heights[0] == pytest.approx(3 * heights[1])
+    assert "2026-12-01 02:00 UTC: team-a 48 GiB (2 Pods converted)" in svg
+    assert "<b>" not in svg and "&lt;b&gt; 16 GiB (1 Pod converted)" in svg

@@ -81,7 +81,7 @@ def test_overview_counts_decisions_and_highlights_denials(staff_client):
     assert re.search(r"card alert.*Denied or failed</div><div class=\"value\">2<", page, re.S)
     assert "48 GiB" in page.replace("48.0 GiB", "48 GiB"), "3 x 16 GiB granted"
     assert "'nope' is not a preset" in page and "internal error: RuntimeError: boom" in page
-    assert page.count('<svg class="chart"') == 2
+    assert page.count('<svg class="chart"') == 3  # admissions; memory by namespace and by preset
 
 
 def test_overview_chart_draws_one_bar_segment_per_hour_and_decision(staff_client):
@@ -113,9 +113,10 @@ def test_overview_ignores_an_unknown_window(staff_client):
 def test_overview_query_count_does_not_grow_with_rows(staff_client, django_assert_num_queries):
     # session + user + the user's and its groups' permissions (the audit view permission); the rollup's
     # per-bucket and per-name counts, latest problems; the latest unconverted-Pod scan; the audit-only rows
-    # that would be denied (a bounded count). The same with new rows as without: the rollups are kept by the
-    # writes, and no page view writes anything.
-    on_every_page = 4 + 3 + 1 + 1
+    # that would be denied (a bounded count); the memory granted per bucket by namespace and by preset (the
+    # rollup, one query each). The same with new rows as without: the rollups are kept by the writes, and no
+    # page view writes anything.
+    on_every_page = 4 + 3 + 1 + 1 + 2
     for rows in (0, 30, 300):
         for i in range(rows):
             audit_row(namespace=f"team-{i % 7}", decision=["mutated", "denied", "error"][i % 3])

@@ -1,0 +1,112 @@
+"""Finding an admission (full Pod names, patterns, words of the reason), a CSV export that says when it was
+cut, and vGPU memory granted over time by namespace and by preset."""
+
+import csv
+import html
+import io
+import re
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from mutations.dashboard import views
+from tests.support.audit import audit_row
+
+pytestmark = pytest.mark.django_db
+
+
+def page_of(response) -> str:
+    assert response.status_code == 200, response.status_code
+    return html.unescape(response.content.decode())
+
+
+@pytest.fixture
+def staff_client(client, django_user_model):
+    user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_admissionaudit"))
+    client.force_login(user)
+    return client
+
+
+def listed(client, query) -> set[int]:
+    return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"',
+                                       page_of(client.get(f"/dashboard/history/?{query}")))}
+
+
+def test_the_full_name_kubectl_shows_finds_a_pod_named_from_generate_name(staff_client):
+    row = audit_row(generate_name="mixtral-8x7b-6f7d9c8b5d-", pod_name="")
+    audit_row(generate_name="mixtral-8x7b-99999999-", pod_name="")
+    assert listed(staff_client, "q=mixtral-8x7b-6f7d9c8b5d-x7k2p") == {row.id}
+    assert listed(staff_client, "q=MIXTRAL-8x7b-6f7d9c8b5d") == {row.id}  # a piece, any case, as before
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("namespace=team-a", {"team-a"}),
+    ("namespace=team-*", {"team-a", "team-b"}),
+    ("namespace=*-prod", {"ml-prod"}),
+    ("namespace=*", {"team-a", "team-b", "ml-prod"}),
+])
+def test_namespace_takes_a_pattern(staff_client, query, expected):
+    rows = {ns: audit_row(namespace=ns).id for ns in ("team-a", "team-b", "ml-prod")}
+    assert listed(staff_client, query) == {rows[ns] for ns in expected}
+
+
+def test_user_takes_a_pattern(staff_client):
+    alice = audit_row(username="alice@example.com")
+    audit_row(username="system:serviceaccount:ml:deployer")
+    assert listed(staff_client, "user=*@example.com") == {alice.id}
+
+
+def test_reason_search_finds_words_of_the_reason_in_any_case(staff_client):
+    cap = audit_row(decision="denied", reason="namespace policy 'team-*' allows at most 49152 MiB per vGPU")
+    audit_row(decision="denied", reason="annotation volcano-injector.io/preset: 'x' is not a preset")
+    assert listed(staff_client, "reason=ALLOWS AT MOST 49152") == {cap.id}
+
+
+def test_a_cut_csv_export_says_so_and_where_the_rest_is(staff_client, monkeypatch):
+    now = timezone.now()
+    rows = [audit_row(created_at=now - timedelta(minutes=m), namespace="team-a") for m in (1, 2, 3)]
+    monkeypatch.setattr(views, "EXPORT_MAX_ROWS", 2)
+    body = b"".join(staff_client.get("/dashboard/history.csv?namespace=team-a").streaming_content).decode()
+    lines = list(csv.reader(io.StringIO(body)))
+    assert [line[1] for line in lines[1:3]] == [rows[0].request_uid, rows[1].request_uid]
+    note = lines[-1][0]
+    assert note.startswith("# cut at 2 rows: more rows match these filters.")
+    rest = re.search(r"GET (/api/v1/audit/\?\S+) and its next links", note).group(1)
+    assert "namespace=team-a" in rest and "until=" in rest
+    api = staff_client.get(rest).json()
+    assert [r["request_uid"] for r in api["results"]] == [rows[2].request_uid]
+
+
+def test_an_export_that_was_not_cut_has_no_note(staff_client):
+    audit_row()
+    body = b"".join(staff_client.get("/dashboard/history.csv").streaming_content).decode()
+    assert "# cut at" not in body and len(list(csv.reader(io.StringIO(body)))) == 2
+
+
+def test_memory_granted_is_drawn_per_hour_by_namespace_and_by_preset_with_the_pods(staff_client):
+    now = timezone.now()
+    for _ in range(2):
+        audit_row(created_at=now - timedelta(hours=2), namespace="team-a", preset_name="llm-7b",
+                  vgpu_memory_mib=24 * 1024)
+    audit_row(created_at=now - timedelta(hours=2), namespace="ml-prod", preset_name="default",
+              vgpu_memory_mib=16 * 1024)
+    audit_row(created_at=now - timedelta(hours=2), namespace="ml-prod", decision="denied", vgpu_memory_mib=0)
+    page = page_of(staff_client.get("/dashboard/?window=24h"))
+    assert "vGPU memory granted per hour by namespace" in page and "vGPU memory granted per hour by preset" in page
+    assert re.search(r'namespace=team-a&decision=mutated">team-a</a> <span class="muted">48 GiB, 2 Pods</span>', page)
+    assert re.search(r'presets/default/">default</a> <span class="muted">16 GiB, 1 Pod</span>', page)
+    assert re.search(r"UTC: team-a 48 GiB \(2 Pods converted\)</title>", page)
+    assert page.count('<svg class="chart"') == 3
+
+
+def test_history_says_how_many_match_without_counting_the_table(staff_client, monkeypatch):
+    for _ in range(3):
+        audit_row(namespace="team-a")
+    audit_row(namespace="team-b")
+    assert "3 admissions match." in page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+    assert "1 admission matches." in page_of(staff_client.get("/dashboard/history/?namespace=team-b"))
+    monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
+    assert "More than 2 admissions match" in page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
