@@ -18,6 +18,8 @@ WOULD_DENY, WOULD_APPLY = "would-deny", "would-apply"
 PROBLEMS = "denied-or-error"
 # Characters the API server appends to generateName to name a Pod.
 GENERATED_SUFFIX_CHARS = 5
+# The characters it draws them from (k8s.io/apimachinery/pkg/util/rand: no vowels, no 0, 1, 3).
+GENERATED_SUFFIX_ALPHABET = frozenset("bcdfghjklmnpqrstvwxz2456789")
 DECISION_CHOICES = [(d.value, d.value) for d in Decision] + [
     (WOULD_DENY, "audit-only: would deny"), (WOULD_APPLY, "audit-only: would apply"),
     (PROBLEMS, "denied or error")]
@@ -75,8 +77,9 @@ class AuditFilter(django_filters.FilterSet):
         # A Pod named from generateName is audited before its name exists: the name kubectl shows is the
         # generateName plus 5 random characters, so the full name finds its row by that prefix (the trigram
         # index answers equality too).
-        if len(term) > GENERATED_SUFFIX_CHARS:
-            found |= Q(generate_name=term[:-GENERATED_SUFFIX_CHARS])
+        prefix, suffix = term[:-GENERATED_SUFFIX_CHARS], term[-GENERATED_SUFFIX_CHARS:]
+        if prefix.endswith("-") and set(suffix) <= GENERATED_SUFFIX_ALPHABET:  # only what looks generated
+            found |= Q(generate_name=prefix)
         return queryset.filter(found)
 
     def filter_pattern(self, queryset: QuerySet[AdmissionAudit], name: str, value: str) -> QuerySet[AdmissionAudit]:
