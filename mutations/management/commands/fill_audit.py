@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections, transaction
 
-from mutations.engine import pod_inputs
 from mutations.audit.encoding import KINDS
 from mutations.compression import detail_compress
+from mutations.engine import pod_inputs
 from mutations.models import AdmissionAudit
 from profiles.preview import pod_preview
 
