@@ -15,10 +15,12 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
-from django.db.models import TextField
+from django.db import connection
+from django.db.models import BinaryField, Field, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from ..compression import detail_decompress
 from ..engine import (
     Catalog,
     Decision,
@@ -108,12 +110,30 @@ def _rows(*, days: int, limit: int) -> Iterator[tuple]:
     The JSON columns come as text: identical Pods have identical text, which is the replay's cache key.
     """
     since = timezone.now() - timedelta(days=days)
+    # The detail columns are LZ4 on PostgreSQL (CompressedJSONField): read their bytes, which are as equal as
+    # the JSON they hold (one dictionary, deterministic compression), and decompress each distinct one once.
+    compressed = connection.vendor == "postgresql"
+    detail: Field[Any, Any] = BinaryField() if compressed else TextField()
     query = (AdmissionAudit.objects.filter(created_at__gte=since, operation="CREATE", dry_run=False)
              .order_by("-created_at", "-id")
              .values_list("id", "namespace", "pod_name", "generate_name",
-                          Cast("inputs", TextField()), Cast("resources_before", TextField()), "config_version",
-                          "decision", "reason", "preset_name", Cast("containers", TextField()))[:limit])
-    return query.iterator(chunk_size=_CHUNK)
+                          Cast("inputs", TextField()), Cast("resources_before", detail), "config_version",
+                          "decision", "reason", "preset_name", Cast("containers", detail))[:limit])
+    texts: dict[bytes, str] = {}
+
+    def text(blob: bytes | memoryview | None) -> str | None:
+        if blob is None:
+            return None
+        blob = bytes(blob)
+        found = texts.get(blob)
+        if found is None:
+            found = texts[blob] = detail_decompress(blob).decode()
+        return found
+
+    for row in query.iterator(chunk_size=_CHUNK):
+        if compressed:
+            row = (*row[:5], text(row[5]), *row[6:10], text(row[10]))
+        yield row
 
 
 def recorded_outcome(decision: str, reason: str, preset: str, grants_text: str) -> Outcome:
