@@ -145,7 +145,22 @@ class AdmissionAudit(models.Model):
         return "would deny" if self.reason.startswith("would deny") else "would apply"
 
 
-class AuditRollup(models.Model):
+class AuditRollupCounts(models.Model):
+    """What both rollups count per time bucket, decision, namespace and preset (each adds its bucket column)."""
+
+    decision = models.CharField(max_length=16)
+    namespace = models.CharField(max_length=253, blank=True)
+    preset_name = models.CharField(max_length=63, blank=True)
+    admissions = models.PositiveBigIntegerField(default=0)
+    # numeric: a sum of bigint MiB over millions of rows must not overflow
+    vgpu_memory_mib = models.DecimalField(max_digits=38, decimal_places=0, default=0,
+                                          help_text="Total MiB granted by these admissions.")
+
+    class Meta:
+        abstract = True
+
+
+class AuditRollup(AuditRollupCounts):
     """Audit rows counted per UTC hour, decision, namespace and preset: what the overview's hourly windows read.
 
     Kept equal to `GROUP BY` over the audit table by the table's own statement triggers, in the
@@ -154,13 +169,6 @@ class AuditRollup(models.Model):
     """
 
     hour = models.DateTimeField(help_text="Start of the hour (UTC).")
-    decision = models.CharField(max_length=16)
-    namespace = models.CharField(max_length=253, blank=True)
-    preset_name = models.CharField(max_length=63, blank=True)
-    admissions = models.PositiveBigIntegerField(default=0)
-    # numeric: a sum of bigint MiB over millions of rows must not overflow
-    vgpu_memory_mib = models.DecimalField(max_digits=38, decimal_places=0, default=0,
-                                          help_text="Total MiB granted by these admissions.")
 
     class Meta:
         constraints = [
@@ -172,16 +180,10 @@ class AuditRollup(models.Model):
         return f"{self.hour:%Y-%m-%d %H}h {self.decision} {self.namespace} {self.preset_name}: {self.admissions}"
 
 
-class AuditRollupDaily(models.Model):
+class AuditRollupDaily(AuditRollupCounts):
     """The same counts per UTC day: what the overview's 30- and 90-day windows read (24 times fewer rows)."""
 
     day = models.DateTimeField(help_text="Start of the day (UTC).")
-    decision = models.CharField(max_length=16)
-    namespace = models.CharField(max_length=253, blank=True)
-    preset_name = models.CharField(max_length=63, blank=True)
-    admissions = models.PositiveBigIntegerField(default=0)
-    vgpu_memory_mib = models.DecimalField(max_digits=38, decimal_places=0, default=0,
-                                          help_text="Total MiB granted by these admissions.")
 
     class Meta:
         constraints = [

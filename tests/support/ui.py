@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import http.cookiejar
 import re
 import urllib.parse
@@ -33,3 +34,9 @@ class StaffSession:
         form = urllib.parse.urlencode({**fields, "csrfmiddlewaretoken": token}).encode()
         with self.opener.open(self.base + path, form, timeout=60) as response:
             return response.url
+
+
+def page_of(response, *, status: int = 200) -> str:
+    """A Django test response's page as a person reads it (entities decoded), after checking its status."""
+    assert response.status_code == status, (response.status_code, status)
+    return html.unescape(response.content.decode())

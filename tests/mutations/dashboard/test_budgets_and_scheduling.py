@@ -1,7 +1,5 @@
 """The dashboard's Budgets page (sync_quotas' rows) and the queue/PriorityClass on an admission's detail page."""
 
-import html
-
 import pytest
 from django.utils import timezone
 
@@ -9,25 +7,10 @@ from mutations.models import AdmissionAudit
 from profiles.models import NamespacePolicy, NamespaceQuota
 from tests.support import pods
 from tests.support.audit import audit_row
+from tests.support.ui import page_of
 
 pytestmark = pytest.mark.django_db
 MEMORY, NUMBER = "requests.volcano.sh/vgpu-memory", "requests.volcano.sh/vgpu-number"
-
-
-@pytest.fixture
-def staff_client(client, django_user_model):
-    """Staff with the audit view permission (the detail page is the audit's; budgets need staff only)."""
-    from django.contrib.auth.models import Permission
-
-    user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_admissionaudit"))
-    client.force_login(user)
-    return client
-
-
-def page_of(response) -> str:
-    assert response.status_code == 200
-    return html.unescape(response.content.decode())
 
 
 def quota(namespace, **fields):

@@ -1,7 +1,5 @@
 """The dashboard's Changes pages, and the configuration an admission was decided under on its detail page."""
 
-import html
-
 import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
@@ -9,12 +7,9 @@ from rest_framework.test import APIClient
 from mutations.models import AdmissionAudit
 from profiles.models import ObjectChange, Preset
 from tests.support import pods
+from tests.support.ui import page_of
 
 pytestmark = pytest.mark.django_db
-
-
-def page_of(response) -> str:
-    return html.unescape(response.content.decode())
 
 
 @pytest.fixture
@@ -61,8 +56,8 @@ def test_changes_page_lists_changes_filtered_by_object_and_user(staff_client, ap
 
 def test_changes_page_names_a_bad_filter(staff_client):
     response = staff_client.get("/dashboard/changes/", {"since": "yesterday", "object_type": "pod"})
-    assert response.status_code == 400
-    assert "since: 'yesterday' is not a time" in page_of(response) and "object_type: 'pod'" in page_of(response)
+    page = page_of(response, status=400)
+    assert "since: 'yesterday' is not a time" in page and "object_type: 'pod'" in page
 
 
 def test_change_page_shows_before_and_after_side_by_side(staff_client, api):

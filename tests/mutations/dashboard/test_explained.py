@@ -1,31 +1,17 @@
 """Denials the dashboard explains, audit-only rows shown as rehearsals, and links between rows and configuration."""
 
-import html
 import re
 
 import pytest
 import yaml
-from django.contrib.auth.models import Permission
 
 from mutations.models import AdmissionAudit
 from profiles.models import NamespacePolicy, Preset
 from tests.support import pods
 from tests.support.audit import audit_row
+from tests.support.ui import page_of
 
 pytestmark = pytest.mark.django_db
-
-
-def page_of(response) -> str:
-    assert response.status_code == 200, response.status_code
-    return html.unescape(response.content.decode())
-
-
-@pytest.fixture
-def staff_client(client, django_user_model):
-    user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_admissionaudit"))
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

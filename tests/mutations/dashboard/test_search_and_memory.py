@@ -2,32 +2,18 @@
 cut, and vGPU memory granted over time by namespace and by preset."""
 
 import csv
-import html
 import io
 import re
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from mutations.dashboard import views
 from tests.support.audit import audit_row
+from tests.support.ui import page_of
 
 pytestmark = pytest.mark.django_db
-
-
-def page_of(response) -> str:
-    assert response.status_code == 200, response.status_code
-    return html.unescape(response.content.decode())
-
-
-@pytest.fixture
-def staff_client(client, django_user_model):
-    user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_admissionaudit"))
-    client.force_login(user)
-    return client
 
 
 def listed(client, query) -> set[int]:

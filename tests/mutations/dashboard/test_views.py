@@ -8,20 +8,15 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from mutations import audit
 from mutations.models import AdmissionAudit
 from tests.support import pods
 from tests.support.audit import audit_row
+from tests.support.ui import page_of
 
 pytestmark = pytest.mark.django_db
-
-
-def page_of(response) -> str:
-    """The page as a person reads it (entities decoded)."""
-    return html.unescape(response.content.decode())
 
 
 def flush_audit():
@@ -29,15 +24,6 @@ def flush_audit():
     flush = getattr(audit, "audit_flush", None)
     if flush:
         flush()
-
-
-@pytest.fixture
-def staff_client(client, django_user_model):
-    """Logged in as staff with the audit view permission (mutations.view_admissionaudit)."""
-    user = django_user_model.objects.create_user("operator", password="pw-for-tests-only", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_admissionaudit"))
-    client.force_login(user)
-    return client
 
 
 def uids(response) -> list[str]:
@@ -165,8 +151,7 @@ def test_history_time_range_is_from_inclusive_until_exclusive(staff_client):
 
 def test_history_with_a_bad_filter_says_which_one(staff_client):
     response = staff_client.get("/dashboard/history/?since=yesterday-ish&decision=maybe")
-    assert response.status_code == 400
-    page = page_of(response)
+    page = page_of(response, status=400)
     assert "since:" in page and "decision:" in page
 
 
