@@ -23,8 +23,26 @@ class QuantityError(ValueError):
     """A value that is not a Kubernetes quantity."""
 
 
+# Quantity strings parsed so far: a cluster's Pods spell their resources a few ways ("1", "16Gi", "500m").
+# Bounded; cleared when full. Decimals are immutable, so the same one can be given to every caller.
+_PARSED_ENTRIES = 4096
+_PARSED: dict[str, Decimal] = {}
+
+
 def parse_quantity(value: object) -> Decimal:
     """Return the exact value of a quantity string or JSON number; raise QuantityError if it is none."""
+    if type(value) is str:
+        found = _PARSED.get(value)
+        if found is None:
+            found = _parse(value)
+            if len(_PARSED) >= _PARSED_ENTRIES:
+                _PARSED.clear()
+            _PARSED[value] = found
+        return found
+    return _parse(value)
+
+
+def _parse(value: object) -> Decimal:
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):

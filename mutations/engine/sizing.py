@@ -186,10 +186,7 @@ class _Decider:
         size = self._annotation(ANN_MODEL_SIZE)
         if size is not None:
             size_b = model_size_parse(size)
-            candidates = [
-                p for p in self.catalog.presets.values()
-                if p.enabled and self.policy.allows(p.name) and p.serves_model_size(size_b)
-            ]
+            candidates = [p for p in self.catalog.presets_serving(size_b) if self.policy.allows(p.name)]
             if candidates:
                 # The narrowest range serving the size is the most specific preset.
                 best = min(candidates, key=lambda p: (p.vgpu_memory_mib, p.name))
@@ -222,6 +219,9 @@ class _Decider:
     def _named_preset(self, name: str) -> PresetSpec:
         field, what = f"metadata.annotations[{ANN_PRESET}]", f"annotation {ANN_PRESET}"
         preset = self.catalog.presets.get(name)
+        if preset is not None and preset.enabled and self.policy.allows(name):
+            return preset
+        # Refused: the presets the Pod could name instead (only now: the list reads every preset).
         usable = sorted(p.name for p in self.catalog.presets.values() if p.enabled and self.policy.allows(p.name))
         accepted = ", ".join(usable) or "none"
         if preset is None:
@@ -230,16 +230,14 @@ class _Decider:
         if not preset.enabled:
             raise Denial(field, f"{what}: preset {name!r} is disabled; accepted: {accepted}", rule="preset.disabled",
                          fix=self._preset_fix(accepted))
-        if not self.policy.allows(name):
-            raise Denial(
-                field,
-                f"{what}: preset {name!r} is not allowed in this namespace by policy "
-                f"{self.policy.namespace!r}; accepted: {accepted}",
-                rule="policy.allowed_presets", policy=self.policy.namespace,
-                fix=self._preset_fix(accepted) + f", or ask your cluster operator to allow {name!r} in namespace "
-                    f"policy {self.policy.namespace!r}",
-            )
-        return preset
+        raise Denial(
+            field,
+            f"{what}: preset {name!r} is not allowed in this namespace by policy "
+            f"{self.policy.namespace!r}; accepted: {accepted}",
+            rule="policy.allowed_presets", policy=self.policy.namespace,
+            fix=self._preset_fix(accepted) + f", or ask your cluster operator to allow {name!r} in namespace "
+                f"policy {self.policy.namespace!r}",
+        )
 
     def _preset_fix(self, accepted: str) -> str:
         default = self.policy.default_preset or self.catalog.default_preset

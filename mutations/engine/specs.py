@@ -185,6 +185,20 @@ class Catalog:
     # The model catalog by match key (mutations.engine.inference.model_key of each name and alias).
     language_models: dict[str, LanguageModelSpec] = field(default_factory=dict)
 
+    # presets_serving's answers by size (a Catalog is never edited, so they stay true); bounded.
+    _serving: dict[float, tuple[PresetSpec, ...]] = field(default_factory=dict, init=False, repr=False,
+                                                          compare=False)
+
+    def presets_serving(self, size_b: float) -> tuple[PresetSpec, ...]:
+        """The enabled presets whose model-size range holds `size_b`, in the catalog's order."""
+        found = self._serving.get(size_b)
+        if found is None:
+            found = tuple(p for p in self.presets.values() if p.enabled and p.serves_model_size(size_b))
+            if len(self._serving) >= 256:
+                self._serving.clear()
+            self._serving[size_b] = found
+        return found
+
     def gpu_model(self, name: str) -> GpuModelSpec | None:
         """A GPU model by name, case-insensitively."""
         found = self.gpu_models.get(name)
