@@ -4,23 +4,23 @@ Each audited Pod CREATE of the last `days` (the `limit` most recent) is rebuilt 
 (`resources_before` and `inputs`: mutations.engine.inputs) and decided by the engine under the draft's
 Catalog, and under today's unless the row was decided under today's version (then the row itself says
 what today's configuration gives). Pods with the same namespace and inputs (a Deployment's replicas)
-are decided once. Costs: README.md, "Impact before saving"; `scripts/bench-impact` measures them.
+are decided once, and a Pod decided under today's Catalog is not decided again under the draft when
+nothing the engine read for it differs there (mutations.engine.reads): it gets the same answer.
+Costs: README.md, "Impact before saving"; `scripts/bench-impact` measures them.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import orjson
-from django.db import connection
-from django.db.models import BinaryField, Field, TextField
-from django.db.models.functions import Cast
 from django.utils import timezone
 
-from ..compression import detail_decompress
+from ..audit.admissions import admission_inputs_count, admission_inputs_since
 from ..engine import (
     Catalog,
     Decision,
@@ -28,15 +28,13 @@ from ..engine import (
     PolicySpec,
     mutate_pod,
     pod_from_inputs,
-    select_policy,
 )
-from ..models import AdmissionAudit
+from ..engine.reads import CatalogComparison, CatalogReads
 
 DEFAULT_DAYS = 7
 MAX_ADMISSIONS = 100_000
 DEFAULT_EXAMPLES = 10
 PROGRESS_EVERY = 5_000
-_CHUNK = 2_000
 
 
 @dataclass(frozen=True)
@@ -73,7 +71,8 @@ class ImpactReport:
     days: int
     limit: int
     admissions: int = 0  # replayed
-    distinct_pods: int = 0  # engine runs per configuration (same namespace and inputs decided once)
+    distinct_pods: int = 0  # same namespace and inputs: decided once per configuration
+    engine_runs: int = 0  # at most two per distinct Pod; one where nothing the engine read differs in the draft
     changed: int = 0  # a different decision or grant
     now_denied: int = 0
     now_allowed: int = 0
@@ -81,6 +80,9 @@ class ImpactReport:
     mib_after: dict[str, int] = field(default_factory=dict)
     examples: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    # Where the time went: fetch (reading rows), decode (decompressing columns), rebuild (Pods from inputs),
+    # engine (its runs), report (the rest: counting, comparing, examples).
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         namespaces = sorted(set(self.mib_before) | set(self.mib_after))
@@ -103,39 +105,6 @@ def outcome_of(pod: dict, namespace: str, catalog: Catalog, policy: PolicySpec) 
                                 for g in result.grants))
 
 
-def _rows(*, days: int, limit: int) -> Iterator[tuple]:
-    """(id, namespace, pod name, generateName, inputs JSON, resources_before JSON, config version, decision,
-    reason, preset, grants JSON), newest first.
-
-    The JSON columns come as text: identical Pods have identical text, which is the replay's cache key.
-    """
-    since = timezone.now() - timedelta(days=days)
-    # The detail columns are LZ4 on PostgreSQL (CompressedJSONField): read their bytes, which are as equal as
-    # the JSON they hold (one dictionary, deterministic compression), and decompress each distinct one once.
-    compressed = connection.vendor == "postgresql"
-    detail: Field[Any, Any] = BinaryField() if compressed else TextField()
-    query = (AdmissionAudit.objects.filter(created_at__gte=since, operation="CREATE", dry_run=False)
-             .order_by("-created_at", "-id")
-             .values_list("id", "namespace", "pod_name", "generate_name",
-                          Cast("inputs", TextField()), Cast("resources_before", detail), "config_version",
-                          "decision", "reason", "preset_name", Cast("containers", detail))[:limit])
-    texts: dict[bytes, str] = {}
-
-    def text(blob: bytes | memoryview | None) -> str | None:
-        if blob is None:
-            return None
-        blob = bytes(blob)
-        found = texts.get(blob)
-        if found is None:
-            found = texts[blob] = detail_decompress(blob).decode()
-        return found
-
-    for row in query.iterator(chunk_size=_CHUNK):
-        if compressed:
-            row = (*row[:5], text(row[5]), *row[6:10], text(row[10]))
-        yield row
-
-
 def recorded_outcome(decision: str, reason: str, preset: str, grants_text: str) -> Outcome:
     """What an audit row says the Pod got (its `containers` are the engine's grants, as_dict)."""
     grants = orjson.loads(grants_text or "[]")
@@ -146,67 +115,101 @@ def recorded_outcome(decision: str, reason: str, preset: str, grants_text: str) 
 
 def impact_count(*, days: int, limit: int) -> int:
     """How many admissions a replay of `days` reads (for progress; at most `limit`)."""
-    since = timezone.now() - timedelta(days=days)
-    return AdmissionAudit.objects.filter(created_at__gte=since, operation="CREATE", dry_run=False)[:limit].count()
+    return admission_inputs_count(since=timezone.now() - timedelta(days=days), limit=limit)
 
 
 def impact_replay(*, before: Catalog, after: Catalog, days: int = DEFAULT_DAYS, limit: int = MAX_ADMISSIONS,
-                  examples: int = DEFAULT_EXAMPLES) -> ImpactReport:
+                  examples: int = DEFAULT_EXAMPLES, prune: bool = True) -> ImpactReport:
     """Replay the audited Pod CREATEs of the last `days` (at most `limit`, newest first) under `before` and
-    `after`; report the Pods whose decision or grant differs, and MiB granted per namespace."""
-    for step in impact_replay_steps(before=before, after=after, days=days, limit=limit, examples=examples):
+    `after`; report the Pods whose decision or grant differs, and MiB granted per namespace.
+
+    `prune=False` decides every Pod under both Catalogs, even where nothing it reads differs (the reference
+    the tests hold the default to)."""
+    for step in impact_replay_steps(before=before, after=after, days=days, limit=limit, examples=examples,
+                                    prune=prune):
         if isinstance(step, ImpactReport):
             return step
     raise AssertionError("impact_replay_steps ends with its report")
 
 
 def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_DAYS, limit: int = MAX_ADMISSIONS,
-                        examples: int = DEFAULT_EXAMPLES,
-                        progress_every: int = PROGRESS_EVERY) -> Iterator[int | ImpactReport]:
+                        examples: int = DEFAULT_EXAMPLES, progress_every: int = PROGRESS_EVERY,
+                        prune: bool = True) -> Iterator[int | ImpactReport]:
     """impact_replay, step by step: the number replayed so far every `progress_every` rows, then the report."""
-    started = timezone.now()
+    started = time.perf_counter()
     report = ImpactReport(days=days, limit=limit)
-    # Per distinct Pod (namespace, inputs, containers): its rebuilt Pod, and its outcome under each Catalog.
+    seconds = report.phase_seconds
+    for phase in ("fetch", "decode", "rebuild", "engine"):
+        seconds[phase] = 0.0
+    clock = time.perf_counter
+    comparison = CatalogComparison(before, after)
+    reading = CatalogReads(before)
+    # Per distinct Pod (namespace, inputs, containers): its outcome under `before` (when a row needs it) and
+    # under `after`.
+    was_of: dict[tuple[str, str, str], Outcome] = {}
+    will_of: dict[tuple[str, str, str], Outcome] = {}
     pods: dict[tuple[str, str, str], dict] = {}
-    decided: dict[tuple[int, tuple[str, str, str]], Outcome] = {}
-    policies: dict[tuple[int, str], PolicySpec] = {}
+    recorded: dict[tuple[str, str, str, str], Outcome] = {}
 
-    def decide(which: int, catalog: Catalog, key: tuple[str, str, str]) -> Outcome:
-        found = decided.get((which, key))
+    def pod_of(key: tuple[str, str, str]) -> dict:
+        pod = pods.get(key)
+        if pod is None:
+            at = clock()
+            pod = pods[key] = pod_from_inputs(namespace=key[0], inputs=orjson.loads(key[1]),
+                                              containers=orjson.loads(key[2]))
+            seconds["rebuild"] += clock() - at
+        return pod
+
+    def decided_before(key: tuple[str, str, str]) -> Outcome:
+        found = was_of.get(key)
         if found is None:
-            namespace = key[0]
-            pod = pods.get(key)
-            if pod is None:
-                pod = pods[key] = pod_from_inputs(namespace=namespace, inputs=orjson.loads(key[1]),
-                                                  containers=orjson.loads(key[2]))
-            policy = policies.get((which, namespace))
-            if policy is None:
-                policy = policies[(which, namespace)] = select_policy(catalog.policies, namespace)
-            found = decided[(which, key)] = outcome_of(pod, namespace, catalog, policy)
+            pod = pod_of(key)
+            at = clock()
+            reading.reads.clear()
+            found = was_of[key] = outcome_of(pod, key[0], cast(Catalog, reading) if prune else before,
+                                             comparison.policies(key[0])[0])
+            if prune and key not in will_of and comparison.agrees(key[0], reading.reads):
+                will_of[key] = found  # nothing it read differs in the draft: the draft decides the same
+            seconds["engine"] += clock() - at
+            report.engine_runs += 1
         return found
 
-    for (audit_id, namespace, pod_name, generate_name, inputs_text, containers_text, version, decision, reason,
-         preset, grants_text) in _rows(days=days, limit=limit):
-        key = (namespace, inputs_text or "{}", containers_text or "[]")
+    def decided_after(key: tuple[str, str, str]) -> Outcome:
+        found = will_of.get(key)
+        if found is None:
+            pod = pod_of(key)
+            at = clock()
+            found = will_of[key] = outcome_of(pod, key[0], after, comparison.policies(key[0])[1])
+            seconds["engine"] += clock() - at
+            report.engine_runs += 1
+        return found
+
+    for row in admission_inputs_since(since=timezone.now() - timedelta(days=days), limit=limit, seconds=seconds):
+        namespace = row.namespace
+        key = (namespace, row.inputs, row.resources_before)
         # A row decided under today's version says itself what today's configuration gives: no replay needed.
-        if version == before.version and before.version > 0 and decision != Decision.ERROR.value:
-            was = recorded_outcome(decision, reason, preset, grants_text)
+        if row.config_version == before.version and before.version > 0 and row.decision != Decision.ERROR.value:
+            said = (row.decision, row.reason, row.preset_name, row.grants)
+            was = recorded.get(said)
+            if was is None:
+                was = recorded[said] = recorded_outcome(*said)
         else:
-            was = decide(0, before, key)
-        will = decide(1, after, key)
+            was = decided_before(key)
+        will = decided_after(key)
         report.admissions += 1
         report.mib_before[namespace] = report.mib_before.get(namespace, 0) + was.granted_mib
         report.mib_after[namespace] = report.mib_after.get(namespace, 0) + will.granted_mib
-        if (was.decision, was.grants) != (will.decision, will.grants):
+        if was is not will and (was.decision, was.grants) != (will.decision, will.grants):
             report.changed += 1
             report.now_denied += was.allowed and not will.allowed
             report.now_allowed += will.allowed and not was.allowed
             if len(report.examples) < examples:
-                report.examples.append({"audit_id": audit_id, "namespace": namespace,
-                                        "pod": pod_name or generate_name, "before": was.as_dict(),
+                report.examples.append({"audit_id": row.id, "namespace": namespace,
+                                        "pod": row.pod_name or row.generate_name, "before": was.as_dict(),
                                         "after": will.as_dict()})
         if report.admissions % progress_every == 0:
             yield report.admissions
-    report.distinct_pods = len(pods)
-    report.seconds = (timezone.now() - started).total_seconds()
+    report.distinct_pods = len(will_of)
+    report.seconds = time.perf_counter() - started
+    seconds["report"] = report.seconds - sum(seconds.values())
     yield report
