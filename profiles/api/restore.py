@@ -3,9 +3,11 @@ and save service, so it is refused with the same 400 messages an edit gets today
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from django.db import transaction
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models, transaction
 from rest_framework import serializers
 
 from ..changes import object_snapshot
@@ -63,15 +65,38 @@ def change_restore(*, change: ObjectChange, which: str = AFTER) -> Any:
                 if not field.read_only}
     data = {name: value for name, value in state.items() if name in writable}
     if instance is not None:
-        # An edit of the fields that differ from today's (a PATCH): fields left as they are are not judged again.
+        # An edit of the fields that differ from today's (a PATCH), as the API's own edit would be: each of them
+        # is judged field by field, and the object as it would be saved, whole, by the serializer's validate()
+        # (ranges, defaults, the GPU model's memory, quantities), so a value stored past the rules and equal to
+        # today's is refused too. Judging every unchanged field alone (a PUT) would refuse what no edit is refused:
+        # the seeded preset `llm-1.5b` is not a slug by the API's field rules.
         today = object_snapshot(instance, using="default")
         data = {name: value for name, value in data.items() if today.get(name) != value}
     serializer = serializer_class(instance=instance, data=data, partial=instance is not None)
     serializer.is_valid(raise_exception=True)
+    _model_validate(serializer, model, instance, judged=set(data))
     if instance is None:
         instance = model(pk=change.object_id)
     view_set._write(serializer, instance)
     return serializer.instance
+
+
+def _model_validate(serializer: serializers.BaseSerializer, model: type[models.Model], instance: Any, *,
+                    judged: set[str]) -> None:
+    """The model's own validation (full_clean) of the row as the restore would save it, for the fields the
+    serializer judged: the model's validators where the serializer declares a field of its own. Constraints
+    are the serializer's validate() and the save service's (which moves the single default rather than
+    refusing a second one)."""
+    row = copy.copy(instance) if instance is not None else model()
+    many = {field.name for field in model._meta.many_to_many}
+    for name, value in serializer.validated_data.items():
+        if name not in many:
+            setattr(row, name, value)
+    others = [field.name for field in model._meta.fields if field.name not in judged]
+    try:
+        row.full_clean(exclude=others, validate_unique=False, validate_constraints=False)
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(exc.message_dict) from exc
 
 
 def restore_errors(exc: serializers.ValidationError) -> dict[str, list[str]]:

@@ -293,3 +293,23 @@ def test_restoring_the_state_before_a_change_undoes_it(operator_api):
     assert response.status_code == 200
     assert Preset.objects.get(pk=preset.pk).vgpu_memory_mib == seeded
     assert operator_api.post(f"{CHANGES}{change.pk}/restore/", {"state": "later"}, format="json").status_code == 400
+
+
+def test_restore_judges_the_whole_version_not_only_the_fields_that_differ_from_today(operator_api):
+    """A value stored past today's rules (a shell, a fixture, an older release) is not put back because today's
+    row holds it too: the restore is refused with the message of the edit it is."""
+    preset = Preset.objects.get(name="llm-7b")
+    preset.cpu_request = "lots"  # the shell does not validate
+    preset.save()
+    shell = ObjectChange.objects.latest("id")
+    memory = preset.vgpu_memory_mib
+    preset.vgpu_memory_mib += 1024
+    preset.save()
+    before = ObjectChange.objects.count()
+    restore = operator_api.post(f"{CHANGES}{shell.pk}/restore/")
+    edit = operator_api.patch(f"/api/v1/presets/{preset.pk}/", {"vgpu_memory_mib": memory}, format="json")
+    assert restore.status_code == edit.status_code == 400
+    assert restore.json() == edit.json() and "cpu_request" in restore.json()
+    assert ObjectChange.objects.count() == before
+    assert Preset.objects.get(pk=preset.pk).vgpu_memory_mib == memory + 1024
+
