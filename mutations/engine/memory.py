@@ -16,8 +16,9 @@ MIB = 2**20
 GRANT_STEP_MIB = 256  # grants are rounded up to this
 
 # Bytes per parameter of a weight type: 16-bit 2, 8-bit 1, 4-bit 0.5 (quantized checkpoints keep their
-# embeddings and LM head in 16 bits: weights_bytes). MXFP4: experts in 4.25 bits, attention in bf16 (gpt-oss-20b's
-# checkpoint is 13.8 GB for 20.9B parameters: 0.58 a parameter besides the embeddings).
+# embeddings and LM head in 16 bits: weights_bytes). MXFP4: experts in 4.25 bits, attention and router in bf16;
+# 0.58 a parameter besides the embeddings fits gpt-oss-20b's 13.76 GB checkpoint and is 6 % over gpt-oss-120b's
+# (the arithmetic: docs/sizing.md, "Where each number comes from").
 DTYPE_BYTES = {
     "fp32": 4.0, "float32": 4.0, "float": 4.0,
     "fp16": 2.0, "float16": 2.0, "half": 2.0, "bf16": 2.0, "bfloat16": 2.0, "auto": 2.0,
@@ -37,18 +38,30 @@ GGUF_BITS = {
 KV_DTYPE_BYTES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_ds_mla": 1, "q8_0": 1,
                   "f16": 2, "fp16": 2, "bf16": 2, "bfloat16": 2, "float16": 2, "q4_0": 0.5625, "f32": 4}
 
-# vLLM: gpu_memory_utilization 0.9 (0.92 in recent releases: 0.9 grants the larger slice and so suits both);
-# SGLang's mem_fraction_static for small cards; TGI and llama.cpp take what they need (1.0).
+# The memory fraction each engine budgets when the command sets none (sources: docs/sizing.md, "Where each
+# number comes from"). vLLM: 0.9 is the smallest default any release has used: 0.34.0 resolves an unset
+# --gpu-memory-utilization to 0.92, or 1.0 with the extensible KV cache it enables on CUDA
+# (vllm/config/cache.py, CacheConfig.resolved_gpu_memory_utilization); older releases 0.9. Dividing by
+# 0.9 grants the larger slice, so every release starts. SGLang: its older releases' TP-1 default (0.5
+# computes a reserve instead, within 0.1 % of this on a 7B at 8k: docs/sizing.md). TGI: launcher/src/main.rs,
+# cuda_memory_fraction default 1.0; llama.cpp allocates what it needs (1.0).
 ENGINE_FRACTION = {"vllm": 0.9, "kserve-huggingface": 0.9, "sglang": 0.88, "tgi": 1.0, "llama.cpp": 1.0}
-# vLLM's batch defaults depend on the memory the card reports (vllm/engine/arg_utils.py): on 70 GiB or more,
-# 8192 batched tokens and 1024 sequences, else 2048 and 256. Under HAMi-core the card is the slice.
-LARGE_CARD_MIB = 70 * 1024
-BATCH_SMALL, BATCH_LARGE = (2048, 256), (8192, 1024)
-# The activation peak of one forward pass over the batched tokens, as bytes per token per hidden unit:
-# residual, norms, attention and the MLP's gate/up in 16 bits (about 16 for Llama-like MLP widths 3.5x).
+# vLLM's OpenAI-server batch defaults by the memory the card reports (vllm/engine/arg_utils.py,
+# EngineArgs.get_batch_defaults, 0.34.0): (from MiB, max_num_batched_tokens, max_num_seqs). From 160 GiB
+# 16,384 and 1,024; from 70 GiB 8,192 and 1,024 (not on an A100 or a GB10: it checks the device); else
+# 2,048 and 256. Under HAMi-core the card is the slice, so a large grant makes vLLM batch more.
+VLLM_BATCH_TIERS = ((0, 2048, 256), (70 * 1024, 8192, 1024), (160 * 1024, 16384, 1024))
+BATCH_SMALL = VLLM_BATCH_TIERS[0][1:]
+# The activation peak of vLLM's profile run (vllm/v1/worker/gpu/model_runner.py, profile_run: one forward
+# pass of max_num_batched_tokens dummy tokens, then the sampler on max_num_seqs rows), as bytes per batched
+# token per hidden unit. An estimate, not read from vLLM: residual, norms, attention and the MLP's gate/up in
+# 16 bits, about 16 for Llama-like MLP widths of 3.5x (wider MLPs peak higher; the overhead below covers it).
 ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 16
-LOGITS_BYTES = 4  # the sampler's float32 logits: one row of the vocabulary per sequence
-# CUDA context, cuBLAS workspaces, the allocator's fragmentation and CUDA graphs; NCCL buffers when sharded.
+LOGITS_BYTES = 4  # the sampler profiles the float32 logits pipeline: one row of the vocabulary per sequence
+# What vLLM counts besides weights, activations and KV, inside the same budget (vllm/v1/worker/gpu_worker.py,
+# Worker.determine_available_memory: non-torch allocations such as cuBLAS workspaces and NCCL buffers, and
+# since 0.21 the CUDA graphs it profiles, profile_cudagraph_memory). An estimate: 1 GiB, plus 0.5 GiB of NCCL
+# buffers when sharded. It errs large for small models (their CUDA graphs take less).
 RUNTIME_OVERHEAD_MIB = 1024
 SHARDED_OVERHEAD_MIB = 512
 # llama.cpp's server context when -c is not given.
@@ -179,7 +192,9 @@ def catalog_need(model: LanguageModelSpec, knobs: Knobs) -> Need:
         fraction = 1.0  # vLLM: a fixed KV pool ignores gpu_memory_utilization
     overhead = (RUNTIME_OVERHEAD_MIB + (SHARDED_OVERHEAD_MIB if tp * pp > 1 else 0)) * MIB
     need = None
-    for batched, seqs in (BATCH_SMALL, BATCH_LARGE):
+    large_batches = knobs.engine in ("vllm", "kserve-huggingface")
+    tiers = VLLM_BATCH_TIERS if large_batches else VLLM_BATCH_TIERS[:1]
+    for index, (_, batched, seqs) in enumerate(tiers):
         batched = knobs.max_num_batched_tokens or batched
         seqs = knobs.max_num_seqs or seqs
         activation = (batched * model.hidden_size * ACTIVATION_BYTES_PER_TOKEN_HIDDEN
@@ -187,8 +202,8 @@ def catalog_need(model: LanguageModelSpec, knobs: Knobs) -> Need:
         total = (weights + kv + activation + overhead) / fraction
         need = Need(round_up_mib(total / MIB), weights / MIB, kv / MIB, tokens, activation / MIB, overhead / MIB,
                     fraction, tp * pp, "catalog", weight_type)
-        # A slice of 70 GiB or more makes vLLM batch more (arg_utils.py), which needs more: size for that.
-        if knobs.engine not in ("vllm", "kserve-huggingface") or need.per_card_mib < LARGE_CARD_MIB:
+        # A slice past the next tier makes vLLM batch more (arg_utils.py), which needs more: size for that.
+        if index + 1 == len(tiers) or need.per_card_mib < tiers[index + 1][0]:
             break
     assert need is not None
     return need

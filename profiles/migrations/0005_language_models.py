@@ -62,8 +62,10 @@ class Migration(migrations.Migration):
 # it): num_hidden_layers, num_key_value_heads, head_dim (or hidden_size / num_attention_heads),
 # hidden_size, vocab_size, max_position_embeddings, tie_word_embeddings, sliding_window (with the
 # layers that use it: Gemma 2 every other layer, Gemma 3 five of every six, gpt-oss every other);
-# parameters from the model card (safetensors total). Gemma 2's config says float32: vLLM serves it in
-# bfloat16. Matching strips the organisation, -Instruct/-it and quantization suffixes (docs/sizing.md).
+# parameters from the model card (safetensors total). Which copy of each config.json was read to check these,
+# and what could not be: docs/sizing.md, "The seeded catalog, checked". Phi-3's 4k configs declare a
+# sliding_window of 2047 that vLLM does not apply (no layer_types): seeded without a window. Matching strips
+# the organisation, -Instruct/-it and quantization suffixes (docs/sizing.md).
 #  name, other identifiers, params B, active B, layers, KV heads, head dim, hidden, vocab, context, dtype,
 #  tied, sliding window, window layers, Hugging Face repository of the config.json
 SEED = [

@@ -84,6 +84,24 @@ def test_a_large_slice_is_sized_for_vllms_larger_batches():
     assert need.activation_mib == pytest.approx((8192 * 8192 * 16 + 1024 * 128256 * 4) / MIB)
 
 
+def test_a_slice_of_160_gib_is_sized_for_vllms_largest_batches():
+    # vLLM 0.34 batches 16,384 tokens on cards reporting 160 GiB or more (arg_utils.py get_batch_defaults):
+    # Llama-3.1-70B on one card with 64k of context needs such a slice, and its profile run is that wide.
+    need = catalog_need(LLAMA_70B, Knobs(max_model_len=65536))
+    assert need.per_card_mib >= 160 * 1024
+    assert need.activation_mib == pytest.approx((16384 * 8192 * 16 + 1024 * 128256 * 4) / MIB)
+    # Sized with the 70 GiB tier's 8,192 tokens it would have been 1 GiB of activations (over 0.9) smaller.
+    weights, kv = 70.554e9 * 2 / MIB, 2 * 80 * 8 * 128 * 2 * 65536 / MIB
+    smaller = (weights + kv + (8192 * 8192 * 16 + 1024 * 128256 * 4) / MIB + 1024) / 0.9
+    assert need.per_card_mib - smaller >= 1024 / 0.9
+
+
+def test_a_slice_below_160_gib_keeps_the_8192_token_batch():
+    need = catalog_need(LLAMA_70B, Knobs(max_model_len=8192))
+    assert 70 * 1024 <= need.per_card_mib < 160 * 1024
+    assert need.activation_mib == pytest.approx((8192 * 8192 * 16 + 1024 * 128256 * 4) / MIB)
+
+
 @pytest.mark.parametrize("name, size", [
     ("Qwen/Qwen2.5-7B-Instruct", 7.0), ("Qwen/Qwen2.5-0.5B", 0.5), ("mistralai/Mixtral-8x7B-v0.1", 56.0),
     ("Qwen/Qwen3-30B-A3B", 30.0), ("acme/tiny-350M", 0.35), ("meta-llama/Llama-3.1-8B", 8.0),
