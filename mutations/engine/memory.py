@@ -42,10 +42,23 @@ KV_DTYPE_BYTES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_ds_
 # number comes from"). vLLM: 0.9 is the smallest default any release has used: 0.34.0 resolves an unset
 # --gpu-memory-utilization to 0.92, or 1.0 with the extensible KV cache it enables on CUDA
 # (vllm/config/cache.py, CacheConfig.resolved_gpu_memory_utilization); older releases 0.9. Dividing by
-# 0.9 grants the larger slice, so every release starts. SGLang: its older releases' TP-1 default (0.5
-# computes a reserve instead, within 0.1 % of this on a 7B at 8k: docs/sizing.md). TGI: launcher/src/main.rs,
-# cuda_memory_fraction default 1.0; llama.cpp allocates what it needs (1.0).
+# 0.9 grants the larger slice, so every release starts. SGLang's default is a reserve (SGLANG_RESERVE_TIERS);
+# 0.88 is what 0.4.9 falls back to when it cannot read the card's memory. TGI: launcher/src/main.rs,
+# cuda_memory_fraction default 1.0. llama.cpp allocates what it needs (1.0).
 ENGINE_FRACTION = {"vllm": 0.9, "kserve-huggingface": 0.9, "sglang": 0.88, "tgi": 1.0, "llama.cpp": 1.0}
+# SGLang's default --mem-fraction-static is (card - reserve) / card: weights and the KV pool must fit in the card
+# less a reserve for activations and CUDA graphs that grows with the card's memory, which under HAMi-core is the
+# slice. 0.4.9: sglang/srt/server_args.py ServerArgs.__post_init__, (2.8 + TP x PP / 10) GiB below 35 GiB,
+# (9.5 + TP x PP / 2) GiB below 90, (12 + TP x PP / 2) below 160, 32 GiB from 160. 0.5.23:
+# sglang/srt/arg_groups/memory_hook.py handle_gpu_memory_settings, 512 MiB + 1.5 MiB per chunked-prefill token
+# (2k below 20 GiB, 4k below 60, 8k below 160, 16k from 160) + TP x PP / 8 GiB + CUDA graphs (2 MiB per decode
+# batch size, 8 MiB per prefill capture size), at least 10 GiB above 60 GiB. (from MiB, reserve MiB): the larger
+# of the two releases with TP x PP taken at 8, so that the reserve never grows with tensor parallelism.
+SGLANG_RESERVE_TIERS = ((0, 4960), (20 * 1024, 8400), (35 * 1024, 13824), (60 * 1024, 15312), (90 * 1024, 16384),
+                        (160 * 1024, 32768))
+# Releases before the reserve (0.4.0, server_args.py) took a fixed fraction by TP: 0.88 at 1 ... 0.81 from 8; the
+# grant also holds weights and KV at 0.81 of the slice (TP taken at 8 again, for the same reason).
+SGLANG_OLDEST_FRACTION = 0.81
 # vLLM's OpenAI-server batch defaults by the memory the card reports (vllm/engine/arg_utils.py,
 # EngineArgs.get_batch_defaults, 0.34.0): (from MiB, max_num_batched_tokens, max_num_seqs). From 160 GiB
 # 16,384 and 1,024; from 70 GiB 8,192 and 1,024 (not on an A100 or a GB10: it checks the device); else
@@ -190,6 +203,8 @@ def catalog_need(model: LanguageModelSpec, knobs: Knobs) -> Need:
     fraction = knobs.memory_fraction or ENGINE_FRACTION.get(knobs.engine, 0.9)
     if knobs.kv_cache_memory_bytes:
         fraction = 1.0  # vLLM: a fixed KV pool ignores gpu_memory_utilization
+    if knobs.engine == "sglang" and not knobs.memory_fraction and not knobs.kv_cache_memory_bytes:
+        return _sglang_need(weights, kv, tokens, tp * pp, weight_type)
     overhead = (RUNTIME_OVERHEAD_MIB + (SHARDED_OVERHEAD_MIB if tp * pp > 1 else 0)) * MIB
     need = None
     large_batches = knobs.engine in ("vllm", "kserve-huggingface")
@@ -207,6 +222,19 @@ def catalog_need(model: LanguageModelSpec, knobs: Knobs) -> Need:
             break
     assert need is not None
     return need
+
+
+def _sglang_need(weights: float, kv: float, tokens: int, parallel: int, weight_type: str) -> Need:
+    """SGLang without --mem-fraction-static: the slice whose static pool (slice - reserve) holds weights and KV."""
+    static_mib = (weights + kv) / MIB
+    for index, (_, tier_reserve_mib) in enumerate(SGLANG_RESERVE_TIERS):
+        reserve_mib = max(tier_reserve_mib, static_mib / SGLANG_OLDEST_FRACTION - static_mib)
+        per_card = round_up_mib(static_mib + reserve_mib)
+        # A slice past the next tier's start gets that tier's larger reserve: size for it.
+        if index + 1 == len(SGLANG_RESERVE_TIERS) or per_card < SGLANG_RESERVE_TIERS[index + 1][0]:
+            break
+    return Need(per_card, weights / MIB, kv / MIB, tokens, float(reserve_mib), 0.0, 1.0, parallel, "catalog",
+                weight_type)
 
 
 def _kv_bytes(model: LanguageModelSpec, *, tokens: int, context: int, tp: int, pp: int, kv_bytes: float,

@@ -164,3 +164,63 @@ def test_the_name_estimate_shrinks_with_more_gpus_and_grows_with_size(size_b, gp
         <= one.per_card_mib
     assert fallback_need(size_b * 1.5, parallel=gpus, bytes_per_param=per_param, weight_type="x").per_card_mib \
         >= one.per_card_mib
+
+
+# --- SGLang: the static pool it computes on the granted slice holds the weights and one full context --------
+def sglang_049_reserve_mib(card_mib: float, parallel: int) -> float:
+    """SGLang 0.4.9, sglang/srt/server_args.py ServerArgs.__post_init__ (no speculative decoding, no DP attention)."""
+    if card_mib < 35 * 1024:
+        return (2.8 + parallel / 10) * 1024
+    if card_mib < 90 * 1024:
+        return (9.5 + parallel / 2) * 1024
+    if card_mib < 160 * 1024:
+        return (12 + parallel / 2) * 1024
+    return 32 * 1024
+
+
+def sglang_0523_reserve_mib(card_mib: float, tp: int) -> float:
+    """SGLang 0.5.23, sglang/srt/arg_groups/memory_hook.py handle_gpu_memory_settings (a dense model on CUDA)."""
+    if card_mib < 20 * 1024:
+        chunk, decode_bs = 2048, 8
+    elif card_mib < 35 * 1024:
+        chunk, decode_bs = 4096, 48 if tp < 4 else 160
+    elif card_mib < 60 * 1024:
+        chunk, decode_bs = 4096, 32 if tp < 4 else 160
+    elif card_mib < 160 * 1024:
+        chunk, decode_bs = 8192, 256 if tp < 4 else 512
+    else:
+        chunk, decode_bs = 16384, 512
+    # generate_prefill_cuda_graph_batch_sizes(chunk): the breakable prefill graphs captured by default on CUDA.
+    prefill_sizes = [size for size in (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+                                       + list(range(576, 1025, 64)) + list(range(1280, 4097, 256))
+                                       + list(range(4608, chunk + 1, 512))) if size <= chunk]
+    reserve = 512 + max(chunk, 2048) * 1.5 + tp / 8 * 1024 + decode_bs * 2 + len(prefill_sizes) * 8
+    return max(reserve, 10 * 1024) if card_mib > 60 * 1024 else reserve
+
+
+@settings(max_examples=300, deadline=None)
+@given(MODELS, st.sampled_from([1, 2, 4, 8]), st.integers(256, 131072))
+def test_sglangs_static_pool_on_the_grant_holds_weights_and_one_sequence(model, tp, context):
+    need = catalog_need(model, Knobs(engine="sglang", tp=tp, max_model_len=context))
+    static_mib = need.weights_mib + need.kv_mib
+    card = need.per_card_mib
+    assert card - sglang_049_reserve_mib(card, tp) >= static_mib
+    assert card - sglang_0523_reserve_mib(card, tp) >= static_mib
+    assert card * {1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81}[tp] >= static_mib  # 0.4.0's fixed fractions by TP
+
+
+def test_sglang_70b_over_four_gpus_gets_a_slice_it_starts_on():
+    # Sized as 0.88 of the slice (the old constant), Llama-3.1-70B at 8k over 4 GPUs got 41,216 MiB a card.
+    # SGLang 0.4.9 reserves 11.5 GiB of that size of card, leaving 29,440 MiB for 33,643 MiB of weights: it
+    # exits at start ("Not enough memory"). Now the grant leaves room for both releases' reserves.
+    need = catalog_need(LLAMA_70B, Knobs(engine="sglang", tp=4, max_model_len=8192))
+    old_grant = 41216
+    assert old_grant - sglang_049_reserve_mib(old_grant, 4) < need.weights_mib
+    assert need.per_card_mib == 48128  # 33,643 weights + 640 KV + 13,824 reserve, rounded up to 256
+    assert need.per_card_mib - sglang_049_reserve_mib(need.per_card_mib, 4) >= need.weights_mib + need.kv_mib
+    assert "/ 1 =" in need.breakdown()
+
+
+def test_an_explicit_mem_fraction_static_is_used_as_given():
+    need = catalog_need(QWEN_7B, Knobs(engine="sglang", max_model_len=8192, memory_fraction=0.8))
+    assert need.fraction == 0.8
