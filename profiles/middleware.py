@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from injector_site.middleware import WEBHOOK_PATHS
+
 from .changes import change_context, request_id_new
 
 # A caller's X-Request-Id is kept when it looks like an id (a proxy's or a script's); anything else is replaced.
@@ -26,7 +28,10 @@ class ChangeContextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        given = request.headers.get("X-Request-Id", "")
+        if request.path_info in WEBHOOK_PATHS:
+            # The webhook's paths change no configuration; /mutate spends no time here.
+            return self.get_response(request)
+        given = request.META.get("HTTP_X_REQUEST_ID", "")
         request_id = given if _REQUEST_ID.match(given) else request_id_new()
         with change_context(through=_through(request.path_info), request_id=request_id, request=request):
             return self.get_response(request)
