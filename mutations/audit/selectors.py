@@ -7,7 +7,7 @@ import binascii
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -50,9 +50,19 @@ def audit_list(*, filters: dict[str, str] | None = None) -> QuerySet[AdmissionAu
     return filterset.qs
 
 
-def audit_get(*, audit_id: int) -> AdmissionAudit:
-    """One admission, every column; raises AdmissionAudit.DoesNotExist."""
-    return AdmissionAudit.objects.get(pk=audit_id)
+def audit_get(*, audit_id: int, day: date | None = None) -> AdmissionAudit:
+    """One admission, every column; raises AdmissionAudit.DoesNotExist.
+
+    `day`, the UTC day of its created_at (the dashboard's links carry it), lets PostgreSQL read that day's
+    partition alone; without it, or when the day is wrong, every partition's primary key is probed.
+    """
+    rows = AdmissionAudit.objects.filter(pk=audit_id)
+    if day is not None:
+        start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+        found = rows.filter(created_at__gte=start, created_at__lt=start + timedelta(days=1)).first()
+        if found is not None:
+            return found
+    return rows.get()
 
 
 @dataclass(frozen=True)
@@ -97,7 +107,8 @@ def audit_page(*, filters: dict[str, str] | None = None, sort: str = DEFAULT_SOR
         else:
             queryset = queryset.filter(Q(**{f"{field_name}__gte": value}),
                                        Q(**{f"{field_name}__gt": value}) | Q(id__gt=last_id))
-    rows = list(queryset.order_by(*_order(field_name, descending=walk_descending))[: size + 1])
+    rows = _page_rows(queryset, field_name=field_name, descending=walk_descending, size=size,
+                      anchor=cursor[0] if cursor is not None else None)
     more = len(rows) > size
     rows = rows[:size]
     if backwards:
@@ -108,6 +119,32 @@ def audit_page(*, filters: dict[str, str] | None = None, sort: str = DEFAULT_SOR
         next_cursor = cursor_encode(rows[-1], field_name) if (rows and more) else None
         previous_cursor = cursor_encode(rows[0], field_name) if (rows and cursor is not None) else None
     return AuditPage(rows=rows, sort=sort, next_cursor=next_cursor, previous_cursor=previous_cursor)
+
+
+# A page in time order reads the newest day first, then a week, five weeks, and only then every day kept:
+# bounded by time, PostgreSQL plans and reads one or a few day partitions instead of all of them (planning a
+# query over 90 partitions, each with its indexes, takes longer than running it). A window that holds more
+# rows than the page is enough: nothing outside it comes first.
+PAGE_WINDOWS = (timedelta(days=1), timedelta(days=7), timedelta(days=35), None)
+
+
+def _page_rows(queryset: QuerySet[AdmissionAudit], *, field_name: str, descending: bool, size: int,
+               anchor: object) -> list[AdmissionAudit]:
+    """size + 1 rows in order from `anchor` (the cursor's value; None: from the start), read window by window
+    when the order is time (newest first, or from a cursor either way)."""
+    order = _order(field_name, descending=descending)
+    if field_name != "created_at" or (anchor is None and not descending):
+        return list(queryset.order_by(*order)[: size + 1])
+    start = anchor if isinstance(anchor, datetime) else timezone.now()
+    for window in PAGE_WINDOWS:
+        bounded = queryset
+        if window is not None:
+            bounded = (queryset.filter(created_at__gte=start - window) if descending
+                       else queryset.filter(created_at__lte=start + window))
+        rows = list(bounded.order_by(*order)[: size + 1])
+        if len(rows) > size:
+            return rows
+    return rows
 
 
 def cursor_encode(row: AdmissionAudit, field_name: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+from datetime import date
 from decimal import Decimal
 from functools import wraps
 from urllib.parse import urlencode
@@ -178,7 +179,11 @@ def history(request):
 @audit_viewer_required
 def detail(request, audit_id: int):
     try:
-        row = selectors.audit_get(audit_id=audit_id)
+        day = date.fromisoformat(request.GET.get("day", ""))
+    except ValueError:
+        day = None  # no day, or not a date: the admission is found all the same, by its id alone
+    try:
+        row = selectors.audit_get(audit_id=audit_id, day=day)
     except AdmissionAudit.DoesNotExist as exc:
         raise Http404("no such admission") from exc
     context = _context(

@@ -93,7 +93,7 @@ def test_every_page_fits_the_screen_and_passes_axe(admissions, live_server, brow
 
     page.goto(f"{base}/dashboard/history/")
     check_page(page, "history", width)
-    denied_row = page.locator(f"table.history tr:has(a[href='/dashboard/admissions/{admissions['denied'].id}/'])")
+    denied_row = page.locator(f"table.history tr:has(a[href='{admissions['denied'].get_absolute_url()}'])")
     reason = denied_row.locator("td.reason-cell")
     assert "allows at most 49152 MiB per vGPU" in reason.inner_text()
     assert visible_in_viewport(reason, width), "the reason is on screen without scrolling sideways"
@@ -123,8 +123,8 @@ def test_a_denied_row_links_to_its_policy_and_back_and_explains_itself(admission
     why.locator("a.policy-link").first.click()
     page.wait_for_url("**/dashboard/policies/team-*/")
     assert "49152 MiB" in page.locator("main").inner_text()
-    page.locator(f"a[href='/dashboard/admissions/{denied.id}/']").first.click()
-    page.wait_for_url(f"**/dashboard/admissions/{denied.id}/")
+    page.locator(f"a[href='{denied.get_absolute_url()}']").first.click()
+    page.wait_for_url(lambda url: url.endswith(denied.get_absolute_url()))
 
 
 @pytest.mark.parametrize("viewport", VIEWPORTS)

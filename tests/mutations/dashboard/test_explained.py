@@ -51,8 +51,8 @@ def test_the_policy_page_shows_its_settings_its_denials_and_links_back_to_each_r
     page = page_of(staff_client.get("/dashboard/policies/team-*/"))
     assert "49152 MiB" in page and "llm-14b" in page  # its settings
     assert f'href="/admin/profiles/namespacepolicy/{team_policy.pk}/change/"' in page
-    assert f'href="/dashboard/admissions/{denial.id}/"' in page and f'href="/dashboard/admissions/{would.id}/"' in page
-    assert f'href="/dashboard/admissions/{other.id}/"' not in page
+    assert f'href="{denial.get_absolute_url()}"' in page and f'href="{would.get_absolute_url()}"' in page
+    assert f'href="{other.get_absolute_url()}"' not in page
     assert 'href="/dashboard/history/?policy=team-%2A"' in page
 
 
@@ -60,8 +60,8 @@ def test_the_preset_page_lists_the_admissions_it_sized(staff_client):
     sized = audit_row(preset_name="llm-7b")
     other = audit_row(preset_name="default")
     page = page_of(staff_client.get("/dashboard/presets/llm-7b/"))
-    assert "23552 MiB" in page and f'href="/dashboard/admissions/{sized.id}/"' in page
-    assert f'href="/dashboard/admissions/{other.id}/"' not in page
+    assert "23552 MiB" in page and f'href="{sized.get_absolute_url()}"' in page
+    assert f'href="{other.get_absolute_url()}"' not in page
     assert "No preset of this name" in page_of(staff_client.get("/dashboard/presets/gone/"))
 
 
@@ -71,7 +71,7 @@ def test_history_filters_by_policy_and_tells_would_deny_from_would_apply(staff_c
     audit_row(decision="denied", reason="denied", policy_name="*")
 
     def listed(query):
-        return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"',
+        return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"',
                                            page_of(staff_client.get(f"/dashboard/history/?{query}")))}
 
     assert listed("decision=would-deny") == {would_deny.id}
@@ -112,7 +112,8 @@ def test_the_denied_or_failed_card_links_to_exactly_what_it_counts(staff_client)
     assert re.search(r'href="/dashboard/history/\?decision=denied-or-error"><div class="label">Denied or failed</div>'
                      r'<div class="value">2<', page)
     listed = page_of(staff_client.get("/dashboard/history/?decision=denied-or-error"))
-    assert {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', listed)} == {denied.id, error.id}
+    linked = re.findall(r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"', listed)
+    assert {int(i) for i in linked} == {denied.id, error.id}
 
 
 def test_the_overview_counts_what_audit_only_namespaces_would_deny(staff_client):

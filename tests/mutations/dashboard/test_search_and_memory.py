@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 
 def listed(client, query) -> set[int]:
-    return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"',
+    return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"',
                                        page_of(client.get(f"/dashboard/history/?{query}")))}
 
 

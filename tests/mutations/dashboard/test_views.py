@@ -5,12 +5,15 @@ import html
 import io
 import json
 import re
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from mutations import audit
+from mutations.audit import partitions, selectors
 from mutations.models import AdmissionAudit
 from tests.support import pods
 from tests.support.audit import audit_row
@@ -26,9 +29,13 @@ def flush_audit():
         flush()
 
 
+# A link to an admission's page: its id, and the UTC day that finds its partition.
+ADMISSION_LINK = r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"'
+
+
 def uids(response) -> list[str]:
     """The request uids a history page lists, in order (each row links to its detail page)."""
-    ids = [int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', page_of(response))]
+    ids = [int(i) for i in re.findall(ADMISSION_LINK, page_of(response))]
     seen = list(dict.fromkeys(ids))
     rows = {r.id: r.request_uid for r in AdmissionAudit.objects.filter(id__in=seen)}
     return [rows[i] for i in seen]
@@ -182,7 +189,7 @@ def test_history_pages_walk_every_row_once_in_both_directions(staff_client, monk
 
 
 def uids_from(page: str) -> list[str]:
-    ids = list(dict.fromkeys(int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', page)))
+    ids = list(dict.fromkeys(int(i) for i in re.findall(ADMISSION_LINK, page)))
     rows = dict(AdmissionAudit.objects.filter(id__in=ids).values_list("id", "request_uid"))
     return [rows[i] for i in ids]
 
@@ -192,14 +199,46 @@ def test_history_with_a_forged_cursor_is_a_400(staff_client):
 
 
 def test_history_page_takes_a_fixed_number_of_queries_and_no_count(staff_client, django_assert_num_queries):
-    for i in range(60):
+    for i in range(160):
         audit_row(namespace=f"team-{i % 3}")
-    # session + user + its permissions (2), the page (51 rows, no COUNT), the filter menus' presets and namespaces.
+    # session + user + its permissions (2), the page (51 rows of the newest day, no COUNT), the filter menus'
+    # presets and namespaces.
     with django_assert_num_queries(7) as captured:
         assert staff_client.get("/dashboard/history/?namespace=team-1").status_code == 200
     assert not any("COUNT(" in q["sql"].upper() for q in captured.captured_queries)
     page_sql = next(q["sql"] for q in captured.captured_queries if "mutations_admissionaudit" in q["sql"])
     assert '"patch"' not in page_sql, "the list does not read the wide JSON columns"
+    assert '"created_at" >=' in page_sql, "bounded by time: PostgreSQL reads the newest day's partitions"
+
+
+def test_a_sparse_filter_widens_the_window_until_the_page_is_full_or_every_day_is_read(staff_client,
+                                                                                       django_assert_num_queries):
+    old = audit_row(namespace="rare", created_at=timezone.now() - timedelta(days=60))
+    # a day, a week, five weeks, then every day kept: three more queries than a full page
+    with django_assert_num_queries(10) as captured:
+        response = staff_client.get("/dashboard/history/?namespace=rare")
+    assert uids(response) == [old.request_uid]
+    pages = [q["sql"] for q in captured.captured_queries if "mutations_admissionaudit" in q["sql"]]
+    assert ['"created_at" >=' in sql for sql in pages] == [True, True, True, False]
+
+
+def test_pages_in_time_order_cross_the_windows_without_losing_or_repeating_a_row():
+    now = timezone.now()
+    rows = [audit_row(created_at=now - timedelta(days=days, minutes=m)) for days in (0, 0.5, 3, 9, 20, 50, 200)
+            for m in (1, 2)]
+    newest_first = [r.request_uid for r in sorted(rows, key=lambda r: r.created_at, reverse=True)]
+    seen, page = [], selectors.audit_page(size=3)
+    while True:
+        seen += [r.request_uid for r in page.rows]
+        if page.next_cursor is None:
+            break
+        page = selectors.audit_page(after=page.next_cursor, size=3)
+    assert seen == newest_first
+    back = [r.request_uid for r in page.rows]  # from the last page back to the first
+    while page.previous_cursor is not None:
+        page = selectors.audit_page(before=page.previous_cursor, size=3)
+        back = [r.request_uid for r in page.rows] + back
+    assert back == newest_first
 
 
 # --- detail -----------------------------------------------------------------------------------------
@@ -249,6 +288,39 @@ def test_detail_takes_one_query_for_the_row(staff_client, django_assert_num_quer
     row = audit_row()
     with django_assert_num_queries(5):  # session, user, its permissions (2), the row
         staff_client.get(f"/dashboard/admissions/{row.id}/")
+
+
+def _partitions_read(sql: str) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql)
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    return set(re.findall(r"mutations_admissionaudit_(p\d{8}|default)\b", plan))
+
+
+def test_a_rows_link_carries_its_day_so_its_page_reads_one_partition(staff_client):
+    moment = timezone.now() - timedelta(days=2)
+    day = moment.astimezone(UTC).date()
+    with connection.cursor() as cursor:
+        partitions.partition_create(cursor, day)  # the test database makes days ahead, not behind
+    row = audit_row(created_at=moment)
+    history = page_of(staff_client.get("/dashboard/history/"))
+    assert f'href="/dashboard/admissions/{row.id}/?day={day:%Y-%m-%d}"' in history
+    with CaptureQueriesContext(connection) as captured:
+        page = page_of(staff_client.get(f"/dashboard/admissions/{row.id}/?day={day:%Y-%m-%d}"))
+    assert row.request_uid in page
+    row_sql = next(q["sql"] for q in captured.captured_queries if "mutations_admissionaudit" in q["sql"])
+    assert _partitions_read(row_sql) == {f"p{day:%Y%m%d}"}, "one day's partition, not every day kept"
+    with CaptureQueriesContext(connection) as captured:
+        staff_client.get(f"/dashboard/admissions/{row.id}/")
+    row_sql = next(q["sql"] for q in captured.captured_queries if "mutations_admissionaudit" in q["sql"])
+    assert len(_partitions_read(row_sql)) > 3  # without the day, every partition's primary key is probed
+
+
+@pytest.mark.parametrize("day", ["2001-01-01", "yesterday", "2026-13-45", ""])
+def test_a_wrong_or_malformed_day_still_finds_the_admission(staff_client, day):
+    row = audit_row()
+    response = staff_client.get(f"/dashboard/admissions/{row.id}/?day={day}")
+    assert response.status_code == 200 and row.request_uid in page_of(response)
 
 
 # --- export -----------------------------------------------------------------------------------------
