@@ -11,6 +11,8 @@ Costs: README.md, "Impact before saving"; `scripts/bench-impact` measures them.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ from typing import Any, cast
 import orjson
 from django.utils import timezone
 
-from ..audit.admissions import admission_inputs_count, admission_inputs_since
+from ..audit.admissions import AdmissionInputs, admission_inputs_count, admission_inputs_since
 from ..engine import (
     Catalog,
     Decision,
@@ -119,83 +121,184 @@ def impact_count(*, days: int, limit: int) -> int:
 
 
 def impact_replay(*, before: Catalog, after: Catalog, days: int = DEFAULT_DAYS, limit: int = MAX_ADMISSIONS,
-                  examples: int = DEFAULT_EXAMPLES, prune: bool = True) -> ImpactReport:
+                  examples: int = DEFAULT_EXAMPLES, prune: bool = True, workers: int = 2) -> ImpactReport:
     """Replay the audited Pod CREATEs of the last `days` (at most `limit`, newest first) under `before` and
     `after`; report the Pods whose decision or grant differs, and MiB granted per namespace.
 
     `prune=False` decides every Pod under both Catalogs, even where nothing it reads differs (the reference
-    the tests hold the default to)."""
+    the tests hold the default to); `workers=1` decides every Pod in this process."""
     for step in impact_replay_steps(before=before, after=after, days=days, limit=limit, examples=examples,
-                                    prune=prune):
+                                    prune=prune, workers=workers):
         if isinstance(step, ImpactReport):
             return step
     raise AssertionError("impact_replay_steps ends with its report")
 
 
+Key = tuple[str, str, str]  # a distinct Pod: namespace, inputs and containers (JSON text)
+# A replay of this many distinct Pods or more decides half of them in a second process (fork): the engine's
+# runs are most of a replay's time, and they are independent.
+PARALLEL_MIN_PODS = 4_000
+
+
+class _Decider:
+    """Decides distinct Pods under `before` (where a row needs it) and under `after`, timing what it does."""
+
+    def __init__(self, before: Catalog, after: Catalog, prune: bool):
+        self.before, self.after, self.prune = before, after, prune
+        self.comparison = CatalogComparison(before, after)
+        self.reading = CatalogReads(before)
+        self.runs = 0
+        self.rebuild_seconds = self.engine_seconds = 0.0
+
+    def decide(self, key: Key, need_before: bool) -> tuple[Outcome | None, Outcome]:
+        clock = time.perf_counter
+        started = clock()
+        namespace = key[0]
+        pod = pod_from_inputs(namespace=namespace, inputs=orjson.loads(key[1]), containers=orjson.loads(key[2]))
+        rebuilt = clock()
+        self.rebuild_seconds += rebuilt - started
+        policy_before, policy_after = self.comparison.policies(namespace)
+        was = None
+        try:
+            if need_before:
+                self.runs += 1
+                if not self.prune:
+                    was = outcome_of(pod, namespace, self.before, policy_before)
+                else:
+                    self.reading.reads.clear()
+                    was = outcome_of(pod, namespace, cast(Catalog, self.reading), policy_before)
+                    if self.comparison.agrees(namespace, self.reading.reads):
+                        return was, was  # nothing it read differs in the draft: the draft decides the same
+            self.runs += 1
+            return was, outcome_of(pod, namespace, self.after, policy_after)
+        finally:
+            self.engine_seconds += clock() - rebuilt
+
+
+def _outcome_json(outcome: Outcome) -> list:
+    return [outcome.decision, outcome.reason, outcome.preset, outcome.grants]
+
+
+def _fork_decider(decider: _Decider, work: list[tuple[Key, bool]]) -> tuple[int, int]:
+    """Fork a child that decides `work` and writes its answers as JSON to a pipe, then exits at once (no
+    atexit, no flush of what the parent's threads hold); (its pid, the pipe's reading end)."""
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the engine only (no database, no logging), then _exit whatever happens
+        status = 1
+        try:
+            os.close(reading)
+            answers = []
+            for key, need_before in work:
+                was, will = decider.decide(key, need_before)
+                answers.append([None if was is None else _outcome_json(was),
+                                None if will is was else _outcome_json(will)])
+            data = orjson.dumps({"answers": answers, "runs": decider.runs, "rebuild": decider.rebuild_seconds,
+                                 "engine": decider.engine_seconds})
+            view = memoryview(data)
+            while view:
+                view = view[os.write(writing, view):]
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(writing)
+    return pid, reading
+
+
+def _child_answers(pid: int, reading: int) -> dict[str, Any] | None:
+    """What the child wrote, once it has exited (None if it failed: the parent then decides its share)."""
+    chunks = []
+    try:
+        with os.fdopen(reading, "rb") as pipe:
+            while chunk := pipe.read(1 << 20):
+                chunks.append(chunk)
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if status != 0:
+        return None
+    try:
+        answers: dict[str, Any] = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError:
+        return None
+    return answers
+
+
 def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_DAYS, limit: int = MAX_ADMISSIONS,
                         examples: int = DEFAULT_EXAMPLES, progress_every: int = PROGRESS_EVERY,
-                        prune: bool = True) -> Iterator[int | ImpactReport]:
-    """impact_replay, step by step: the number replayed so far every `progress_every` rows, then the report."""
+                        prune: bool = True, workers: int = 2) -> Iterator[int | ImpactReport]:
+    """impact_replay, step by step: about the number replayed so far every `progress_every` rows, then the
+    report. `workers`: 2 decides half the distinct Pods of a large replay in a second process."""
     started = time.perf_counter()
     report = ImpactReport(days=days, limit=limit)
     seconds = report.phase_seconds
-    for phase in ("fetch", "decode", "rebuild", "engine"):
+    for phase in ("fetch", "decode", "rebuild", "engine", "merge"):
         seconds[phase] = 0.0
-    clock = time.perf_counter
-    comparison = CatalogComparison(before, after)
-    reading = CatalogReads(before)
-    # Per distinct Pod (namespace, inputs, containers): its outcome under `before` (when a row needs it) and
-    # under `after`.
-    was_of: dict[tuple[str, str, str], Outcome] = {}
-    will_of: dict[tuple[str, str, str], Outcome] = {}
-    pods: dict[tuple[str, str, str], dict] = {}
+    rows = list(admission_inputs_since(since=timezone.now() - timedelta(days=days), limit=limit, seconds=seconds))
+    # The distinct Pods, in order of first appearance, and whether a row needs today's answer computed: a row
+    # decided under today's version says itself what today's configuration gives.
+    today = before.version
+
+    def recorded_usable(row: AdmissionInputs) -> bool:
+        return row.config_version == today and today > 0 and row.decision != Decision.ERROR.value
+
+    need_before: dict[Key, bool] = {}
+    for row in rows:
+        key = (row.namespace, row.inputs, row.resources_before)
+        need_before[key] = need_before.get(key, False) or not recorded_usable(row)
+    work = list(need_before.items())
+    decider = _Decider(before, after, prune)
+    answers: dict[Key, tuple[Outcome | None, Outcome]] = {}
+    own, theirs = work, []
+    child: tuple[int, int] | None = None
+    if workers > 1 and len(work) >= PARALLEL_MIN_PODS and hasattr(os, "fork"):
+        # The child gets its share by fork (nothing to send) and answers through a pipe; the parent decides
+        # the other share meanwhile.
+        own, theirs = work[: len(work) // 2], work[len(work) // 2:]
+        child = _fork_decider(decider, theirs)
+    try:
+        share = max(1, len(own))
+        for done, (key, need) in enumerate(own, 1):
+            answers[key] = decider.decide(key, need)
+            if done % progress_every == 0:
+                yield len(rows) * done // share  # the second process decides its share meanwhile
+        found = None
+        if child is not None:
+            waited = time.perf_counter()
+            pid, reading = child
+            child = None
+            found = _child_answers(pid, reading)
+            seconds["merge"] = time.perf_counter() - waited
+    finally:
+        if child is not None:  # the caller stopped early (a closed stream): stop the child too
+            os.kill(child[0], signal.SIGKILL)
+            os.waitpid(child[0], 0)
+            os.close(child[1])
+    if found is not None:
+        seconds["worker_rebuild"], seconds["worker_engine"] = found["rebuild"], found["engine"]
+
+        def outcome(values: list) -> Outcome:
+            return Outcome(values[0], values[1], values[2], tuple(tuple(grant) for grant in values[3]))
+
+        for (key, _), (was_values, will_values) in zip(theirs, found["answers"], strict=True):
+            was = outcome(was_values) if was_values is not None else None
+            answers[key] = (was, outcome(will_values) if will_values is not None else cast(Outcome, was))
+        decider.runs += found["runs"]
+    else:
+        for key, need in theirs:  # no child, or it failed: decide its share here
+            answers[key] = decider.decide(key, need)
+    report.engine_runs = decider.runs
+    seconds["rebuild"], seconds["engine"] = decider.rebuild_seconds, decider.engine_seconds
     recorded: dict[tuple[str, str, str, str], Outcome] = {}
-
-    def pod_of(key: tuple[str, str, str]) -> dict:
-        pod = pods.get(key)
-        if pod is None:
-            at = clock()
-            pod = pods[key] = pod_from_inputs(namespace=key[0], inputs=orjson.loads(key[1]),
-                                              containers=orjson.loads(key[2]))
-            seconds["rebuild"] += clock() - at
-        return pod
-
-    def decided_before(key: tuple[str, str, str]) -> Outcome:
-        found = was_of.get(key)
-        if found is None:
-            pod = pod_of(key)
-            at = clock()
-            reading.reads.clear()
-            found = was_of[key] = outcome_of(pod, key[0], cast(Catalog, reading) if prune else before,
-                                             comparison.policies(key[0])[0])
-            if prune and key not in will_of and comparison.agrees(key[0], reading.reads):
-                will_of[key] = found  # nothing it read differs in the draft: the draft decides the same
-            seconds["engine"] += clock() - at
-            report.engine_runs += 1
-        return found
-
-    def decided_after(key: tuple[str, str, str]) -> Outcome:
-        found = will_of.get(key)
-        if found is None:
-            pod = pod_of(key)
-            at = clock()
-            found = will_of[key] = outcome_of(pod, key[0], after, comparison.policies(key[0])[1])
-            seconds["engine"] += clock() - at
-            report.engine_runs += 1
-        return found
-
-    for row in admission_inputs_since(since=timezone.now() - timedelta(days=days), limit=limit, seconds=seconds):
+    for row in rows:
         namespace = row.namespace
-        key = (namespace, row.inputs, row.resources_before)
-        # A row decided under today's version says itself what today's configuration gives: no replay needed.
-        if row.config_version == before.version and before.version > 0 and row.decision != Decision.ERROR.value:
+        decided_was, will = answers[(namespace, row.inputs, row.resources_before)]
+        if recorded_usable(row):
             said = (row.decision, row.reason, row.preset_name, row.grants)
             was = recorded.get(said)
             if was is None:
                 was = recorded[said] = recorded_outcome(*said)
         else:
-            was = decided_before(key)
-        will = decided_after(key)
+            was = cast(Outcome, decided_was)
         report.admissions += 1
         report.mib_before[namespace] = report.mib_before.get(namespace, 0) + was.granted_mib
         report.mib_after[namespace] = report.mib_after.get(namespace, 0) + will.granted_mib
@@ -207,9 +310,7 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
                 report.examples.append({"audit_id": row.id, "namespace": namespace,
                                         "pod": row.pod_name or row.generate_name, "before": was.as_dict(),
                                         "after": will.as_dict()})
-        if report.admissions % progress_every == 0:
-            yield report.admissions
-    report.distinct_pods = len(will_of)
+    report.distinct_pods = len(work)
     report.seconds = time.perf_counter() - started
-    seconds["report"] = report.seconds - sum(seconds.values())
+    seconds["report"] = report.seconds - sum(v for k, v in seconds.items() if not k.startswith("worker_"))
     yield report

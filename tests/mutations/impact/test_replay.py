@@ -230,12 +230,15 @@ def _draft(spec: dict):
 
 
 @pytest.mark.parametrize("older", [1.0, 0.5], ids=["all-older-versions", "half-older"])
-def test_skipping_the_pods_a_draft_cannot_affect_gives_the_full_replays_report(post_review, older):
+def test_skipping_the_pods_a_draft_cannot_affect_gives_the_full_replays_report(post_review, older, monkeypatch):
     """The replay decides a Pod under the draft only where something the engine read for it differs: on a
-    varied seeded history and a draft of each kind, its report equals the one deciding every Pod twice."""
+    varied seeded history and a draft of each kind, its report equals the one deciding every Pod twice, and
+    so does the one deciding half of them in a second process."""
     import random
 
-    from mutations.impact import impact_replay
+    from mutations.impact import impact_replay, replay
+
+    monkeypatch.setattr(replay, "PARALLEL_MIN_PODS", 10)
 
     NamespacePolicy.objects.create(namespace="team-c", max_vgpu_memory_mib=40000)
     sent = seeded_history(seed=15, count=120)
@@ -249,9 +252,42 @@ def test_skipping_the_pods_a_draft_cannot_affect_gives_the_full_replays_report(p
     saved = 0
     for spec in DRAFTS:
         after = draft_catalog(draft=_draft(spec), catalog=before)
-        pruned = impact_replay(before=before, after=after, examples=100)
-        full = impact_replay(before=before, after=after, examples=100, prune=False)
+        pruned = impact_replay(before=before, after=after, examples=100, workers=1)
+        full = impact_replay(before=before, after=after, examples=100, prune=False, workers=1)
+        forked = impact_replay(before=before, after=after, examples=100, workers=2)
         assert {**pruned.as_dict(), "seconds": 0} == {**full.as_dict(), "seconds": 0}, spec
+        assert {**forked.as_dict(), "seconds": 0} == {**full.as_dict(), "seconds": 0}, spec
+        assert forked.engine_runs == pruned.engine_runs and "worker_engine" in forked.phase_seconds
         assert pruned.admissions == len(sent)
         saved += full.engine_runs - pruned.engine_runs
     assert saved > 0
+
+
+def test_when_the_second_process_fails_the_replay_decides_its_share_itself(admitted, monkeypatch):
+    from mutations.impact import impact_replay, replay
+
+    monkeypatch.setattr(replay, "PARALLEL_MIN_PODS", 2)
+    after = draft_catalog(draft=_draft(DRAFTS[0]))
+    alone = impact_replay(before=catalog_current(), after=after, workers=1)
+
+    def broken(outcome):
+        raise RuntimeError("the child's answers cannot be written")
+
+    monkeypatch.setattr(replay, "_outcome_json", broken)  # only the child writes answers
+    forked = impact_replay(before=catalog_current(), after=after, workers=2)
+    assert {**forked.as_dict(), "seconds": 0} == {**alone.as_dict(), "seconds": 0}
+    assert "worker_engine" not in forked.phase_seconds
+
+
+def test_a_replay_stopped_early_stops_its_second_process(admitted, monkeypatch):
+    import os
+
+    from mutations.impact import replay
+
+    monkeypatch.setattr(replay, "PARALLEL_MIN_PODS", 2)
+    steps = replay.impact_replay_steps(before=catalog_current(), after=draft_catalog(draft=_draft(DRAFTS[0])),
+                                       progress_every=1)
+    assert isinstance(next(steps), int)  # the child is deciding its share
+    steps.close()  # as a closed stream does
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # no child left, not even a zombie
