@@ -85,8 +85,8 @@ class AdmissionAudit(models.Model):
     # For a denial (and what an audit-only policy would deny): what the Pod asked for, where the number came
     # from, every rule broken with its policy, and the fixes (mutations/engine/explain.py). NULL for the
     # other decisions: nothing to explain, and the cheapest value to write.
-    explanation = StoredJSONField(
-        null=True, blank=True, default=None,
+    explanation = CompressedJSONField(
+        dictionary=2, null=True, blank=True, default=None,
         help_text="For a denial: what was asked for, where the size came from, every rule broken, and fixes.",
     )
     # With resources_before, what the engine reads of the Pod (mutations.engine.inputs.pod_inputs): the impact

@@ -19,7 +19,10 @@ from django.db.models import BooleanField, JSONField
 from ..compression import CompressedJSONField, detail_compress, detail_decompress, json_bytes
 from ..models import AdmissionAudit
 
-HEADER_PREFIX = b"#volcano-injector audit rows v2, PostgreSQL COPY text format, columns: "
+HEADER_PREFIX = b"#volcano-injector audit rows v3, PostgreSQL COPY text format, columns: "
+# Segments of the version before the compressed explanation: that column holds JSON text there.
+HEADER_PREFIX_V2 = b"#volcano-injector audit rows v2, PostgreSQL COPY text format, columns: "
+V2_JSON_TEXT = frozenset({"explanation"})
 # Segments of versions before the compressed detail columns: their JSON columns hold JSON text, and are
 # re-encoded when read (spool.segment_read).
 HEADER_PREFIX_V1 = b"#volcano-injector audit rows, PostgreSQL COPY text format, columns: "
@@ -38,6 +41,7 @@ class Column:
     kind: str
     limit: int | None
     default: object
+    dictionary: int = 0  # a compressed column's dictionary (mutations.compression.DICTIONARIES)
 
 
 def _table_columns() -> tuple[Column, ...]:
@@ -58,13 +62,15 @@ def _table_columns() -> tuple[Column, ...]:
         # Django's default for a missing value: the field's own, "" for a text field, else None. A
         # missing created_at thus encodes as NULL, which the NOT NULL column refuses: the row is set
         # aside (quarantined) rather than written with an invented value.
-        columns.append(Column(f.column, kind, getattr(f, "max_length", None), f.get_default()))
+        columns.append(Column(f.column, kind, getattr(f, "max_length", None), f.get_default(),
+                              getattr(f, "dictionary", 0)))
     return tuple(columns)
 
 
 TABLE_COLUMNS = _table_columns()
 COLUMNS = tuple(c.name for c in TABLE_COLUMNS)
 KINDS = {c.name: c.kind for c in TABLE_COLUMNS}
+DICTIONARY_OF = {c.name: c.dictionary for c in TABLE_COLUMNS if c.kind == "compressed"}
 TABLE = AdmissionAudit._meta.db_table
 
 
@@ -111,7 +117,7 @@ def field_text(column: Column, value: object) -> str:
     kind = column.kind
     if kind == "compressed":
         # bytea in hex; the backslash of "\x" doubled for COPY's text format
-        return "\\\\x" + detail_compress(json_bytes(value)).hex()
+        return "\\\\x" + detail_compress(json_bytes(value), column.dictionary).hex()
     if kind == "json":
         return _json_text(value)
     if kind == "bool":
@@ -143,10 +149,12 @@ def copy_text_value(raw: bytes) -> str:
     return _COPY_UNESCAPE.sub(lambda m: _COPY_UNESCAPES.get(m.group(1), m.group(1)), text) if "\\" in text else text
 
 
-def row_decode(columns: tuple[str, ...], line: bytes, *, detail_as_json: bool = False) -> AuditRecord:
+def row_decode(columns: tuple[str, ...], line: bytes, *, detail_as_json: bool = False,
+               json_text: frozenset[str] = frozenset()) -> AuditRecord:
     """The record a COPY text line holds (for the ORM path and for reading set-aside rows).
 
-    `detail_as_json`: a line of a v1 segment, whose compressed columns hold JSON text.
+    `detail_as_json`: a line of a v1 segment, whose compressed columns hold JSON text; `json_text`: the
+    compressed columns that hold JSON text in this line (V2_JSON_TEXT for a v2 segment's).
     """
     values = line.rstrip(b"\n").decode("utf-8").split("\t")
     if len(values) != len(columns):
@@ -158,7 +166,7 @@ def row_decode(columns: tuple[str, ...], line: bytes, *, detail_as_json: bool = 
             continue
         text = _COPY_UNESCAPE.sub(lambda m: _COPY_UNESCAPES.get(m.group(1), m.group(1)), raw) if "\\" in raw else raw
         kind = KINDS.get(name)
-        if kind == "compressed" and not detail_as_json:
+        if kind == "compressed" and not detail_as_json and name not in json_text:
             if not text.startswith("\\x"):
                 raise ValueError(f"{name} is not a compressed detail value")
             record[name] = json.loads(detail_decompress(bytes.fromhex(text[2:])))

@@ -28,6 +28,8 @@ from .encoding import (
     HEADER,
     HEADER_PREFIX,
     HEADER_PREFIX_V1,
+    HEADER_PREFIX_V2,
+    V2_JSON_TEXT,
     AuditRecord,
     header_line,
     row_decode,
@@ -266,7 +268,7 @@ class Spool:
 def _row_count(data: bytes, *, from_start: bool) -> int:
     """Rows in complete lines of segment bytes; `from_start`: the bytes begin at the file's start (header)."""
     rows = data.count(b"\n")
-    if from_start and data.startswith((HEADER_PREFIX, HEADER_PREFIX_V1)) and rows:
+    if from_start and data.startswith((HEADER_PREFIX, HEADER_PREFIX_V2, HEADER_PREFIX_V1)) and rows:
         rows -= 1
     return rows
 
@@ -278,9 +280,10 @@ def segment_read(segment: Segment) -> tuple[tuple[str, ...], list[bytes]]:
         data = handle.read().rstrip(b"\0")
     columns = COLUMNS
     v1 = data.startswith(HEADER_PREFIX_V1)  # before the compressed detail columns: they hold JSON text
-    if data.startswith(HEADER_PREFIX) or v1:
+    v2 = data.startswith(HEADER_PREFIX_V2)  # before the compressed explanation: it holds JSON text
+    if data.startswith(HEADER_PREFIX) or v1 or v2:
         header, _, data = data.partition(b"\n")
-        prefix = HEADER_PREFIX_V1 if v1 else HEADER_PREFIX
+        prefix = HEADER_PREFIX_V1 if v1 else HEADER_PREFIX_V2 if v2 else HEADER_PREFIX
         columns = tuple(header[len(prefix):].decode().split(","))
     lines = data.split(b"\n")
     if lines and lines[-1]:
@@ -293,10 +296,12 @@ def segment_read(segment: Segment) -> tuple[tuple[str, ...], list[bytes]]:
         lines, unreadable = _reencoded(lines, _json_record)
         if unreadable:
             quarantine(segment.path.parent, (), unreadable, "not a JSON object")
-    elif columns != COLUMNS or v1:
+    elif columns != COLUMNS or v1 or v2:
         # Written by a version with other columns or another encoding (an upgrade with the spool on a
         # persistent volume): re-encode for today's table, so a column added since takes its default, not NULL.
-        lines, unreadable = _reencoded(lines, lambda line: row_decode(columns, line, detail_as_json=v1))
+        json_text = V2_JSON_TEXT if v2 else frozenset()
+        lines, unreadable = _reencoded(lines, lambda line: row_decode(columns, line, detail_as_json=v1,
+                                                                      json_text=json_text))
         if unreadable:
             quarantine(segment.path.parent, columns, unreadable, "fields do not match the header")
         columns = COLUMNS

@@ -20,11 +20,17 @@ import lz4.block
 import orjson
 from django.db import models
 
-# Dictionary number -> its bytes. The JSON fragments the engine's patches, container grants, the Pod's
-# resources and warnings are made of (annotation keys, resource paths, field names, phrases): a
-# value of a few hundred bytes then compresses to its few varying parts.
-DICTIONARIES = {1: Path(__file__).with_name("detail-dictionary-v1.txt").read_bytes()}
-DICTIONARY = 1  # the one new values use
+# Dictionary number -> its bytes. 1: the JSON fragments the engine's patches, container grants, the Pod's
+# resources and warnings are made of (annotation keys, resource paths, field names, phrases): a value of a
+# few hundred bytes then compresses to its few varying parts. 2: the words of a denial's explanation (rule
+# texts, message templates, its JSON keys), read from the engine's source by build_explanation_dictionary.
+# 0 is no dictionary and no compression: the JSON text itself (a column's rows from before it was compressed).
+RAW = 0
+DICTIONARIES = {
+    1: Path(__file__).with_name("detail-dictionary-v1.txt").read_bytes(),
+    2: Path(__file__).with_name("explanation-dictionary-v2.txt").read_bytes(),
+}
+DICTIONARY = 1  # the one new values use, unless their column names another
 
 
 def _json_default(value: object) -> object:
@@ -41,12 +47,14 @@ def json_bytes(value: Any) -> bytes:
     return data.replace(b"\\u0000", b"")
 
 
-def detail_compress(data: bytes) -> bytes:
-    return bytes((DICTIONARY,)) + lz4.block.compress(data, dict=DICTIONARIES[DICTIONARY], store_size=True)
+def detail_compress(data: bytes, dictionary: int = DICTIONARY) -> bytes:
+    return bytes((dictionary,)) + lz4.block.compress(data, dict=DICTIONARIES[dictionary], store_size=True)
 
 
 def detail_decompress(blob: bytes) -> bytes:
     version = blob[0]
+    if version == RAW:
+        return blob[1:]
     if version not in DICTIONARIES:
         raise ValueError(f"audit detail compressed with dictionary {version}, which this version does not have")
     return lz4.block.decompress(blob[1:], dict=DICTIONARIES[version])
@@ -56,7 +64,20 @@ class CompressedJSONField(models.JSONField):
     """JSON written once and shown whole, stored compressed (`bytea` on PostgreSQL, JSON text elsewhere).
 
     No lookups inside it (nothing queries these columns); the value reads back as the same Python object.
+    `dictionary`: the DICTIONARIES entry its new values are compressed with.
     """
+
+    def __init__(self, *args, dictionary: int = DICTIONARY, **kwargs):
+        if dictionary not in DICTIONARIES:
+            raise ValueError(f"no compression dictionary {dictionary}")
+        self.dictionary = dictionary
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self):
+        name, path, args, kwargs = super().deconstruct()
+        if self.dictionary != DICTIONARY:
+            kwargs["dictionary"] = self.dictionary
+        return name, path, args, kwargs
 
     def db_type(self, connection):
         if connection.vendor == "postgresql":
@@ -65,7 +86,7 @@ class CompressedJSONField(models.JSONField):
 
     def get_db_prep_value(self, value, connection, prepared=False):
         if connection.vendor == "postgresql" and not hasattr(value, "resolve_expression"):
-            return None if value is None else detail_compress(json_bytes(value))
+            return None if value is None else detail_compress(json_bytes(value), self.dictionary)
         return super().get_db_prep_value(value, connection, prepared)
 
     def from_db_value(self, value, expression, connection):

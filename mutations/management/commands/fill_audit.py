@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections, transaction
 
-from mutations.audit.encoding import KINDS
+from mutations.audit.encoding import DICTIONARY_OF, KINDS
 from mutations.compression import detail_compress
 from mutations.engine import pod_inputs
 from mutations.models import AdmissionAudit
@@ -238,8 +238,9 @@ class Command(BaseCommand):
         """The template with every column's COPY text that does not vary from row to row."""
         static = {column: _copy_text(template[column]) for column in COLUMNS if column in template}
         for column in COLUMNS:
-            if KINDS[column] == "compressed":  # the template holds its JSON text
-                static[column] = "\\\\x" + detail_compress(template[column].encode()).hex()
+            if KINDS[column] == "compressed" and template.get(column) is not None:  # the template holds JSON text
+                compressed = detail_compress(template[column].encode(), DICTIONARY_OF[column])
+                static[column] = "\\\\x" + compressed.hex()
         static.update(dry_run="f", caller_verified="f")
         return {"template": template, "static": static}
 

@@ -198,3 +198,47 @@ def test_0014_compresses_the_detail_of_every_row_and_reads_it_back_the_same_and_
         assert {k: getattr(audit_0013.objects.get(request_uid="d-1"), k) for k in details} == details
     finally:
         migrate(("mutations", _latest()))
+
+
+EXPLANATION = {"asked": ["model-size 32B", "nvidia.com/gpu: 1 in container 'vllm'"], "origin": None,
+               "violations": [{"rule": "policy.allowed_presets",
+                               "rule_text": "the namespace policy's allowed presets (allowed_presets)",
+                               "field": "metadata.annotations[volcano-injector.io/model-size]",
+                               "message": "preset 'llm-32b' is not allowed in namespace policy 'team-*'; ünïcode ✓",
+                               "policy": "team-*", "fixes": ["set volcano-injector.io/preset to llm-14b"]}],
+               "fixes": ["set volcano-injector.io/preset to llm-14b"], "more_violations": 0, "policy": "team-*",
+               "preset": "llm-32b", "summary": "preset 'llm-32b' is not allowed"}
+
+
+def explanation_bytes() -> dict[str, bytes]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT request_uid, explanation FROM mutations_admissionaudit WHERE explanation IS NOT NULL")
+        return {uid: bytes(blob) for uid, blob in cursor.fetchall()}
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_0017_keeps_every_explanation_and_compresses_the_new_ones_and_reverses():
+    before_0017 = ("mutations", "0016_audit_trigram_pending_list")
+    try:
+        migrate(before_0017)
+        audit_0016 = MigrationExecutor(connection).loader.project_state(before_0017).apps.get_model(
+            "mutations", "AdmissionAudit")
+        audit_0016.objects.create(created_at=datetime(2026, 12, 2, tzinfo=UTC), request_uid="old-denied",
+                                  decision="denied", explanation=EXPLANATION)
+        audit_0016.objects.create(created_at=datetime(2026, 12, 2, tzinfo=UTC), request_uid="old-mutated",
+                                  decision="mutated")
+        migrate(("mutations", "0017_audit_explanation_compressed"))
+        assert AdmissionAudit.objects.get(request_uid="old-denied").explanation == EXPLANATION
+        assert AdmissionAudit.objects.get(request_uid="old-mutated").explanation is None
+        AdmissionAudit.objects.create(created_at=datetime(2026, 12, 3, tzinfo=UTC), request_uid="new-denied",
+                                      decision="denied", explanation=EXPLANATION)
+        stored = explanation_bytes()
+        assert stored["old-denied"][0] == 0  # kept as it was written: marked "no dictionary"
+        assert stored["new-denied"][0] == 2  # compressed with the engine's words
+        assert len(stored["new-denied"]) < len(json.dumps(EXPLANATION)) / 2
+        assert AdmissionAudit.objects.get(request_uid="new-denied").explanation == EXPLANATION
+        migrate(before_0017)
+        assert {r.request_uid: r.explanation for r in audit_0016.objects.all()} == {
+            "old-denied": EXPLANATION, "old-mutated": None, "new-denied": EXPLANATION}
+    finally:
+        migrate(("mutations", _latest()))

@@ -473,6 +473,22 @@ def test_segment_of_the_version_before_compressed_details_is_written_with_its_js
     assert (stored.patch, stored.warnings) == (row["patch"], ["tab\there"])
 
 
+@pytest.mark.django_db
+def test_segment_of_the_version_before_the_compressed_explanation_is_written_with_its_json(audit_spool_dir):
+    """A v2 segment holds the explanation as JSON text (its other detail columns compressed): re-encoded, not
+    copied into bytea as it is."""
+    explanation = {"asked": ["preset llm-400b"], "violations": [{"rule": "preset.unknown", "message": "tab\there"}]}
+    row = record("from-v2", decision="denied", explanation=explanation)
+    values = {c.name: row.get(c.name, c.default) for c in encoding.TABLE_COLUMNS}
+    fields = [encoding._json_text(values[c.name]) if c.name == "explanation" else encoding.field_text(c, values[c.name])
+              for c in encoding.TABLE_COLUMNS]
+    body = encoding.HEADER_PREFIX_V2 + ",".join(encoding.COLUMNS).encode() + b"\n" + ("\t".join(fields) + "\n").encode()
+    audit_spool_dir.mkdir(parents=True)
+    (audit_spool_dir / f"audit-1-1-1{audit_spool.SEGMENT_SUFFIX}").write_bytes(body)
+    assert audit_flush(timeout_seconds=10) == 1
+    assert AdmissionAudit.objects.get().explanation == explanation
+
+
 def test_detail_columns_are_encoded_compressed_and_decode_back():
     row = record("compressed", patch=[{"op": "add", "path": "/metadata/annotations/volcano-injector.io~1applied-preset",
                                        "value": "llm-7b"}], warnings=["ünïcode\n✓", "back\\slash"])
