@@ -130,6 +130,11 @@ class AdmissionAudit(models.Model):
             models.Index(fields=["vgpu_memory_mib", "id"], name="audit_memory"),
             # History sorted by duration ("slowest admissions"): ORDER BY duration_ms DESC, id DESC.
             models.Index(fields=["duration_ms", "id"], name="audit_duration"),
+            # Audit-only rows that enforce would deny (a few in a hundred): the overview counts them over its
+            # window up to a bound (rehearsal.would_deny_count), and history filters them. Without it the
+            # count read the window's rows by time, every one of them when there were fewer than the bound.
+            models.Index(fields=["-created_at", "-id"], name="audit_would_deny",
+                         condition=models.Q(decision="audit-only", reason__startswith="would deny")),
             # History free text on the Pod's name, WHERE pod_name LIKE '%term%' OR generate_name LIKE
             # '%term%', uses the trigram GIN index audit_pod_names_trgm on both columns (one bitmap scan
             # of it per column). Migrations 0002 and 0006 create it on PostgreSQL only and it is not

@@ -60,7 +60,7 @@ def namespace_rehearsal(*, namespace: str, days: int = REHEARSAL_DAYS, now: date
 
 
 def would_deny_count(*, since: datetime, until: datetime, limit: int = COUNT_LIMIT) -> int:
-    """Audit-only rows in the window that enforce would deny, counted up to `limit` + 1 (index
-    audit_decision_created: the audit-only range of the window, newest first)."""
+    """Audit-only rows in the window that enforce would deny, counted up to `limit` + 1 (the partial index
+    audit_would_deny: only those rows, the window's range of each day partition)."""
     rows = AdmissionAudit.objects.filter(WOULD_DENY, created_at__gte=since, created_at__lte=until)
     return rows.order_by()[: limit + 1].count()

@@ -123,3 +123,18 @@ def test_overview_reads_only_its_window_of_the_audit_table_through_an_index(fill
     assert not sequential_scans(plan) and "Limit" in plan and "Index Scan" in plan, plan
     week_ago = timezone.now().date() - timedelta(days=8)
     assert partitions.partition_name(week_ago) not in plan, plan
+
+
+def test_the_overviews_would_deny_count_reads_only_those_rows(filled):
+    """The bounded count of rehearsed denials (issue 19's "would deny" card) reads the partial index that
+    holds only them, not the window's rows by time."""
+    from django.test.utils import CaptureQueriesContext
+
+    from mutations.audit import rehearsal
+
+    now = timezone.now()
+    with CaptureQueriesContext(connection) as captured:
+        rehearsal.would_deny_count(since=now - timedelta(days=2), until=now)
+    plan = explain(captured.captured_queries[-1]["sql"])
+    assert not sequential_scans(plan) and "audit_would_deny" in plan, plan
+    assert "audit_created_desc" not in plan, plan
