@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 from django.utils import timezone
@@ -176,7 +176,15 @@ def audit_export_rows(*, filters: dict[str, str] | None = None, sort: str = DEFA
     session_database(), or the rows would all be held in memory at once: docs/database-pooling.md)."""
     order = _order(_sort_checked(sort).lstrip("-"), descending=sort.startswith("-"))
     queryset = audit_list(filters=filters).using(database).only(*LIST_FIELDS, "source", "field", "warnings")
-    return queryset.order_by(*order)[:limit].iterator(chunk_size=2000)
+    return _streamed(queryset.order_by(*order)[:limit], database=database)
+
+
+def _streamed(queryset: QuerySet[AdmissionAudit], *, database: str) -> Iterator[AdmissionAudit]:
+    """The rows as PostgreSQL finds them. Outside a transaction Django declares its server-side cursor WITH
+    HOLD, which PostgreSQL fills with every row of the result before the first is read (seconds for a day of
+    a large cluster); inside one the cursor streams. The transaction only reads, and ends with the export."""
+    with transaction.atomic(using=database):
+        yield from queryset.iterator(chunk_size=2000)
 
 
 # --- overview ----------------------------------------------------------------------------------

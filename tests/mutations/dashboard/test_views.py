@@ -359,6 +359,20 @@ def test_csv_export_rows_come_in_the_order_the_history_shows(staff_client):
     assert staff_client.get("/dashboard/history.csv?sort=pod_name").status_code == 400
 
 
+@pytest.mark.django_db(transaction=True)
+def test_csv_export_streams_rows_from_a_cursor_postgresql_does_not_fill_first():
+    """Outside a transaction a server-side cursor is WITH HOLD: PostgreSQL computes every row of it before
+    the first is read, so the export's first row waited for the whole day's rows."""
+    for i in range(3):
+        audit_row(request_uid=f"e-{i}")
+    rows = selectors.audit_export_rows(limit=10)
+    first = next(rows)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT is_holdable FROM pg_cursors WHERE name LIKE '_django_curs_%%'")
+        assert [holdable for (holdable,) in cursor.fetchall()] == [False]
+    assert [first.request_uid] + [r.request_uid for r in rows] == ["e-2", "e-1", "e-0"]
+
+
 def test_csv_export_with_a_bad_filter_is_a_400(staff_client):
     assert staff_client.get("/dashboard/history.csv?since=soon").status_code == 400
 
