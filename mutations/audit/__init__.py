@@ -7,7 +7,7 @@ the table's triggers) and prunes whole days; selectors and filters read rows for
 the API. Design and costs: docs/audit-write-path.md, docs/audit-rollup.md.
 """
 
-from .rollup import audit_prune, audit_rollup_rebuild
+from .rollup import audit_compact, audit_prune, audit_rollup_rebuild
 from .writer import (
     audit_backlog_rows,
     audit_flush,
@@ -17,6 +17,6 @@ from .writer import (
 )
 
 __all__ = [
-    "audit_backlog_rows", "audit_flush", "audit_prune", "audit_record_submit", "audit_rollup_rebuild",
+    "audit_backlog_rows", "audit_compact", "audit_flush", "audit_prune", "audit_record_submit", "audit_rollup_rebuild",
     "audit_writer_start", "audit_writer_stop",
 ]

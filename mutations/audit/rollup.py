@@ -15,12 +15,20 @@ transaction. On SQLite (development) there are no triggers: the overview counts 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.utils import timezone
 
-from .partitions import DEFAULT_PARTITION, ROLLUP_LOCK_KEY, TABLE, audit_partition_days, audit_partition_drop
+from .partitions import (
+    DEFAULT_PARTITION,
+    ROLLUP_LOCK_KEY,
+    TABLE,
+    audit_partition_days,
+    audit_partition_drop,
+    partition_name,
+)
 
 logger = logging.getLogger("volcano_injector.audit")
 
@@ -121,3 +129,35 @@ def audit_prune(*, cutoff: datetime, lock_timeout_ms: int = 5000) -> tuple[int, 
                        [boundary, DEFAULT_PARTITION])
         rows += max(cursor.rowcount, 0)
     return rows, len(days)
+
+
+# A day partition's indexes grow row by row as its rows arrive, and a B-tree that grows that way keeps its
+# pages about two-thirds full; rebuilt once the day has ended they are packed (issue 16's bytes per row:
+# docs/audit-rollup.md, "Compacting closed days"). Marked on the partition so each day is rebuilt once.
+COMPACTED_MARK = "volcano-injector: indexes compacted"
+COMPACT_DAYS_PER_RUN = 3
+
+
+def audit_compact(*, now: datetime | None = None, days: int = COMPACT_DAYS_PER_RUN) -> list[date]:
+    """Rebuild the indexes of the newest `days` day partitions that have ended and were not rebuilt yet
+    (REINDEX CONCURRENTLY: writes and reads go on); returns the days rebuilt, oldest first. Older days are
+    left as they are (retention drops them in time): a run's work is bounded. PostgreSQL only."""
+    if connection.vendor != "postgresql" or days < 1:
+        return []
+    today = (now or timezone.now()).astimezone(UTC).date()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                       "WHERE i.inhparent = %s::regclass AND obj_description(c.oid, 'pg_class') = %s",
+                       [TABLE, COMPACTED_MARK])
+        done = {name for (name,) in cursor.fetchall()}
+        ended = [d for d in audit_partition_days(cursor) if d < today and partition_name(d) not in done]
+    chosen = sorted(ended)[-days:]
+    # REINDEX CONCURRENTLY runs outside a transaction block (the command's case); inside one (a caller's
+    # atomic block, the tests) the plain REINDEX, which holds the day's writes while it runs.
+    concurrently = "" if connection.in_atomic_block else " CONCURRENTLY"
+    for day in chosen:
+        name = partition_name(day)
+        with connection.cursor() as cursor:
+            cursor.execute(f'REINDEX TABLE{concurrently} "{name}"')
+            cursor.execute(f"COMMENT ON TABLE \"{name}\" IS '{COMPACTED_MARK}'")
+    return chosen

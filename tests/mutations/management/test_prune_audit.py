@@ -66,3 +66,49 @@ def test_bad_age_is_refused(value):
 def test_bad_lock_timeout_is_refused():
     with pytest.raises(CommandError, match="--lock-timeout-ms"):
         call_command("prune_audit", "--lock-timeout-ms", "0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_then_the_newest_ended_days_get_their_indexes_rebuilt_once(capsys):
+    from django.db import connection
+
+    from mutations.audit import partitions
+    from mutations.audit.rollup import COMPACTED_MARK
+
+    today = timezone.now().date()
+    ended = [today - timedelta(days=n) for n in (4, 3, 2, 1)]
+    with connection.cursor() as cursor:
+        existing = set(partitions.audit_partition_days(cursor))
+        made = [day for day in ended if day not in existing]
+        for day in made:
+            partitions.partition_create(cursor, day)
+    rows_aged(1, 2, 3, 4)
+
+    def compacted() -> set:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT c.relname FROM pg_class c WHERE obj_description(c.oid, 'pg_class') = %s",
+                           [COMPACTED_MARK])
+            return {name for (name,) in cursor.fetchall()}
+
+    try:
+        call_command("prune_audit", "--older-than", "30d", "--compact-days", "2")
+        assert compacted() == {partitions.partition_name(d) for d in ended[2:]}  # the newest two, never today
+        assert "rebuilt the indexes of 2 ended day(s)" in capsys.readouterr().out
+        call_command("prune_audit", "--older-than", "30d", "--compact-days", "2")
+        assert compacted() == {partitions.partition_name(d) for d in ended}  # then the older ones
+        capsys.readouterr()
+        call_command("prune_audit", "--older-than", "30d")
+        assert "rebuilt" not in capsys.readouterr().out  # each day once
+        assert len(AdmissionAudit.objects.all()) == 4  # nothing lost
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {AdmissionAudit._meta.db_table}")
+            for day in ended:
+                cursor.execute(f'COMMENT ON TABLE "{partitions.partition_name(day)}" IS NULL')
+            for day in made:
+                cursor.execute(f'DROP TABLE "{partitions.partition_name(day)}"')
+
+
+def test_a_negative_number_of_days_to_compact_is_refused():
+    with pytest.raises(CommandError, match="--compact-days"):
+        call_command("prune_audit", "--compact-days", "-1")
