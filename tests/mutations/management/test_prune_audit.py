@@ -82,13 +82,17 @@ def test_then_the_newest_ended_days_get_their_indexes_rebuilt_once(capsys):
         made = [day for day in ended if day not in existing]
         for day in made:
             partitions.partition_create(cursor, day)
+        # other tests' ended days (the test database is shared): out of the way, as if rebuilt already
+        others = [day for day in existing if day < today and day not in ended]
+        for day in others:
+            cursor.execute(f"COMMENT ON TABLE \"{partitions.partition_name(day)}\" IS '{COMPACTED_MARK}'")
     rows_aged(1, 2, 3, 4)
 
     def compacted() -> set:
         with connection.cursor() as cursor:
             cursor.execute("SELECT c.relname FROM pg_class c WHERE obj_description(c.oid, 'pg_class') = %s",
                            [COMPACTED_MARK])
-            return {name for (name,) in cursor.fetchall()}
+            return {name for (name,) in cursor.fetchall()} - {partitions.partition_name(d) for d in others}
 
     try:
         call_command("prune_audit", "--older-than", "30d", "--compact-days", "2")
@@ -103,7 +107,7 @@ def test_then_the_newest_ended_days_get_their_indexes_rebuilt_once(capsys):
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"TRUNCATE {AdmissionAudit._meta.db_table}")
-            for day in ended:
+            for day in ended + others:
                 cursor.execute(f'COMMENT ON TABLE "{partitions.partition_name(day)}" IS NULL')
             for day in made:
                 cursor.execute(f'DROP TABLE "{partitions.partition_name(day)}"')
