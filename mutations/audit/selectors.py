@@ -1,4 +1,5 @@
-"""Reading audit rows: history pages (keyset, never COUNT(*)), one admission, the overview's aggregates."""
+"""Reading audit rows: history pages (keyset), their bounded counts (never a COUNT(*) of the table), one admission,
+the overview's aggregates."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 from django.utils import timezone
@@ -145,6 +146,57 @@ def _page_rows(queryset: QuerySet[AdmissionAudit], *, field_name: str, descendin
         if len(rows) > size:
             return rows
     return rows
+
+
+# History counts the rows that match up to COUNT_LIMIT, then says "more than" (a COUNT over a LIMITed
+# subquery: it reads at most COUNT_LIMIT + 1 index entries or rows, never the whole table), and gives up
+# after COUNT_BUDGET_MS: an unindexed filter (words of the reason, a * pattern) can read every row of the
+# table to find a few thousand matches, and the page must stay fast. The page then says what it saw.
+COUNT_LIMIT = 10_000
+COUNT_BUDGET_MS = 250
+# PostgreSQL's SQLSTATE for a statement cancelled by statement_timeout (query_canceled).
+_QUERY_CANCELED = "57014"
+
+
+@dataclass(frozen=True)
+class MatchCount:
+    """How many audit rows match some filters: `n` exactly, or more than `n` when `more`."""
+
+    n: int
+    more: bool
+
+
+def audit_count(*, filters: dict[str, str] | None = None, limit: int | None = None,
+                budget_ms: int | None = None) -> MatchCount | None:
+    """The rows matching the history filters, counted up to `limit` (COUNT_LIMIT; then "more than"); None when
+    counting would take longer than `budget_ms` (COUNT_BUDGET_MS)."""
+    limit = limit or COUNT_LIMIT
+    budget_ms = budget_ms or COUNT_BUDGET_MS
+    counted = count_within(audit_list(filters=filters).order_by().values("id")[: limit + 1], budget_ms=budget_ms)
+    if counted is None:
+        return None
+    return MatchCount(n=min(counted, limit), more=counted > limit)
+
+
+def count_within(queryset: QuerySet[Any], *, budget_ms: int) -> int | None:
+    """queryset.count() given at most `budget_ms` on PostgreSQL (statement_timeout, for this statement only);
+    None when it ran out. Pass a sliced queryset: the time bound is a safety net, the LIMIT is the design."""
+    if connection.vendor != "postgresql":
+        return queryset.count()
+    restore = connection.in_atomic_block  # inside an outer transaction SET LOCAL would outlive this count
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)",
+                           [f"{int(budget_ms)}ms"])
+            previous = cursor.fetchone()[0]
+            counted = queryset.count()
+            if restore:
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [previous])
+            return counted
+    except OperationalError as exc:  # the rollback (of the savepoint) put statement_timeout back
+        if getattr(exc.__cause__, "sqlstate", None) == _QUERY_CANCELED:
+            return None
+        raise
 
 
 def cursor_encode(row: AdmissionAudit, field_name: str) -> str:

@@ -162,11 +162,15 @@ def history(request):
         errors = None
     except selectors.FilterError as exc:
         page, errors = None, exc.errors
+    # One page holding every match counts itself; otherwise a bounded count (selectors.audit_count).
+    paged = page is not None and bool(page.next_cursor or page.previous_cursor)
+    count = selectors.audit_count(filters=filters) if paged else None
     query = request.GET.copy()
     for key in ("after", "before"):
         query.pop(key, None)
     context = _context(
-        request, form=form, page=page, errors=errors, sort=sort, sorts=selectors.SORTS,
+        request, form=form, page=page, errors=errors, sort=sort, sorts=selectors.SORTS, paged=paged, count=count,
+        count_n=f"{count.n:,}" if count else None,
         query=query.urlencode(), filters=filters,
         export_query=_urlencode({**filters, **({"sort": sort} if sort != selectors.DEFAULT_SORT else {})}),
         export_max_rows=EXPORT_MAX_ROWS,

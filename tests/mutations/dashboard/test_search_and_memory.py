@@ -88,11 +88,54 @@ def test_memory_granted_is_drawn_per_hour_by_namespace_and_by_preset_with_the_po
     assert page.count('<svg class="chart"') == 3
 
 
-def test_history_says_how_many_match_without_counting_the_table(staff_client, monkeypatch):
+def test_history_says_how_many_match_from_the_page_when_one_page_holds_them(staff_client,
+                                                                           django_assert_num_queries):
     for _ in range(3):
         audit_row(namespace="team-a")
     audit_row(namespace="team-b")
-    assert "3 admissions match." in page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+    with django_assert_num_queries(7) as captured:  # the page's queries only: no count at all
+        assert "3 admissions match." in page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+    assert not any("COUNT(" in q["sql"].upper() for q in captured.captured_queries)
     assert "1 admission matches." in page_of(staff_client.get("/dashboard/history/?namespace=team-b"))
+
+
+def test_history_counts_the_matches_of_every_page_exactly_up_to_the_limit(staff_client, monkeypatch):
     monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
-    assert "More than 2 admissions match" in page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+    for _ in range(5):
+        audit_row(namespace="team-a")
+    audit_row(namespace="team-b")
+    page = page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+    assert "5 admissions match; this page shows 2." in page
+    after = re.search(r'rel="next" href="\?([^"]+)"', page).group(1).replace("&amp;", "&")
+    assert "5 admissions match; this page shows 2." in page_of(staff_client.get(f"/dashboard/history/?{after}"))
+    monkeypatch.setattr("mutations.audit.selectors.COUNT_LIMIT", 4)
+    assert "More than 4 admissions match; this page shows 2." in page_of(
+        staff_client.get("/dashboard/history/?namespace=team-a"))
+
+
+def test_the_history_count_reads_at_most_the_limit_plus_one_row(staff_client, monkeypatch,
+                                                                 django_assert_num_queries):
+    monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
+    for _ in range(5):
+        audit_row(namespace="team-a")
+    # The page's 7, and the count: in the test's transaction a savepoint around its time budget (set, count,
+    # reset, release); in production the count's own transaction, 2 queries.
+    with django_assert_num_queries(12) as captured:
+        staff_client.get("/dashboard/history/?namespace=team-a")
+    counts = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert len(counts) == 1 and "LIMIT 10001" in counts[0], counts  # a COUNT over a LIMITed subquery
+
+
+def test_a_count_that_runs_out_of_time_says_only_what_the_page_saw(staff_client, monkeypatch):
+    from mutations.audit import selectors
+    from mutations.models import AdmissionAudit
+
+    for _ in range(3):
+        audit_row(namespace="team-a")
+    slow = AdmissionAudit.objects.extra(where=["pg_sleep(0.05) IS NOT NULL"]).values("id")[:10]
+    assert selectors.count_within(slow, budget_ms=20) is None
+    assert selectors.count_within(slow, budget_ms=5000) == 3  # the budget was put back for what follows
+    monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
+    monkeypatch.setattr("mutations.audit.selectors.count_within", lambda queryset, budget_ms: None)
+    assert "More admissions match than can be counted quickly with these filters; this page shows 2." in page_of(
+        staff_client.get("/dashboard/history/?namespace=team-a"))
