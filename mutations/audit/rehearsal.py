@@ -7,7 +7,7 @@ than the window holds for that namespace, or a bounded number.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,9 +15,15 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from ..engine import Decision
+from ..engine.denial import RULES
 from ..models import AdmissionAudit
 
 REHEARSAL_DAYS = 7
+# Would-deny rows read to group them by the rule that would deny (the newest first): enough to rank the rules
+# of any namespace, bounded for the database and the page. The page says when it read fewer than there are.
+RULE_ROWS_READ = 2_000
+# Pods shown as examples under each rule.
+RULE_EXAMPLES = 3
 WOULD_DENY = Q(decision=Decision.AUDIT_ONLY.value, reason__startswith="would deny")
 # The overview counts rehearsed denials up to this many, then says "more than".
 COUNT_LIMIT = 10_000
@@ -34,8 +40,20 @@ class Rehearsal:
     would_grant_mib: int
     denied: int
     mutated: int
-    fields: list[dict[str, Any]]
+    rules: list[RuleDenials]
+    rules_read: int
     policies: list[str]
+
+
+@dataclass
+class RuleDenials:
+    """One rule enforce would deny Pods for: how many of the rows read break it, and the newest examples."""
+
+    rule: str
+    rule_text: str
+    policy: str | None
+    pods: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
 
 
 def namespace_rehearsal(*, namespace: str, days: int = REHEARSAL_DAYS, now: datetime | None = None) -> Rehearsal:
@@ -50,13 +68,48 @@ def namespace_rehearsal(*, namespace: str, days: int = REHEARSAL_DAYS, now: date
         denied=Count("id", filter=Q(decision=Decision.DENIED.value)),
         mutated=Count("id", filter=Q(decision=Decision.MUTATED.value)),
     )
-    # What enforce would refuse, by the field at fault (the rule's place in the Pod).
-    fields = list(rows.filter(WOULD_DENY).values("field").annotate(n=Count("id")).order_by("-n", "field")[:10])
+    # What enforce would refuse, by the rule that would deny (each row's explanation lists every rule it breaks).
+    denials = list(rows.filter(WOULD_DENY).order_by("-created_at", "-id")
+                   .only("id", "pod_name", "generate_name", "field", "explanation")[:RULE_ROWS_READ])
     policies = sorted(p for p in rows.order_by().values_list("policy_name", flat=True).distinct()[:20] if p)
     return Rehearsal(namespace=namespace, since=since, would_deny=totals["would_deny"] or 0,
                      would_apply=totals["would_apply"] or 0, would_grant_mib=int(totals["would_grant_mib"] or 0),
-                     denied=totals["denied"] or 0, mutated=totals["mutated"] or 0, fields=fields,
-                     policies=policies)
+                     denied=totals["denied"] or 0, mutated=totals["mutated"] or 0,
+                     rules=rules_of(denials), rules_read=len(denials), policies=policies)
+
+
+# Rows written before denials were explained name only the field at fault: grouped under it.
+UNRECORDED_RULE = "(not recorded)"
+
+
+def rules_of(rows: list[AdmissionAudit]) -> list[RuleDenials]:
+    """Would-deny rows grouped by each rule they break (a Pod breaking two rules counts under both), most Pods
+    first, each with the newest examples (rows newest first in, as read)."""
+    found: dict[tuple[str, str | None], RuleDenials] = {}
+    for row in rows:
+        explanation = row.explanation if isinstance(row.explanation, dict) else {}
+        violations = [v for v in explanation.get("violations") or [] if isinstance(v, dict)]
+        if not violations:  # no explanation kept: the field at fault is all the row says
+            violations = [{"rule": UNRECORDED_RULE, "field": row.field, "message": row.field}]
+        seen: set[tuple[str, str | None]] = set()
+        for violation in violations:
+            rule = str(violation.get("rule") or UNRECORDED_RULE)
+            policy = violation.get("policy") if isinstance(violation.get("policy"), str) else None
+            key = (rule, policy if rule != UNRECORDED_RULE else str(violation.get("field") or ""))
+            if key in seen:  # the same rule broken by several containers: one Pod
+                continue
+            seen.add(key)
+            group = found.get(key)
+            if group is None:
+                text = RULES.get(rule) or str(violation.get("rule_text") or rule)
+                if rule == UNRECORDED_RULE:
+                    text = f"rule not recorded (an older row); field at fault {key[1] or '(none)'}"
+                group = found[key] = RuleDenials(rule=rule, rule_text=text, policy=policy)
+            group.pods += 1
+            if len(group.examples) < RULE_EXAMPLES:
+                group.examples.append({"id": row.id, "pod": row.pod_name or row.generate_name,
+                                       "message": str(violation.get("message") or "")})
+    return sorted(found.values(), key=lambda g: (-g.pods, g.rule, g.policy or ""))
 
 
 def would_deny_count(*, since: datetime, until: datetime, limit: int = COUNT_LIMIT) -> int:

@@ -154,3 +154,27 @@ def test_policy_and_preset_admin_pages_link_to_their_admissions(admin_client, te
     assert 'href="/dashboard/history/?policy=team-%2A">full history</a>' in policy_page
     preset_page = page_of(admin_client.get(f"/admin/profiles/preset/{preset.pk}/change/"))
     assert 'href="/dashboard/presets/llm-7b/">admissions and recent denials</a>' in preset_page
+
+
+def test_the_rehearsal_groups_what_enforce_would_deny_by_the_rule_with_counts_and_examples(staff_client, post_review):
+    NamespacePolicy.objects.create(namespace="lab-*", mode="audit-only", max_vgpus_per_pod=1)
+    for _ in range(2):  # two Pods over the policy's vGPUs per Pod
+        post_review(pods.review(pods.vllm_deployment_pod(gpus="2", namespace="lab-a")))
+    post_review(pods.review(pods.vllm_deployment_pod(
+        namespace="lab-a", annotations={"volcano-injector.io/preset": "no-such-preset"})))
+    post_review(pods.review(pods.vllm_deployment_pod(namespace="lab-a")))  # would apply: not a denial
+    rows = {r.id: r for r in AdmissionAudit.objects.filter(decision="audit-only", reason__startswith="would deny")}
+    assert len(rows) == 3
+    page = page_of(staff_client.get("/dashboard/rehearsal/?namespace=lab-a"))
+    assert "2 rules would deny 3 Pods" in page
+    rules = re.findall(r'<li class="rule" data-rule="([^"]+)">(.*?)</li>\s*(?=<li class="rule"|</ol>)', page, re.S)
+    assert [rule for rule, _ in rules] == ["policy.max_vgpus_per_pod", "preset.unknown"]  # most Pods first
+    vgpus, unknown = (body for _, body in rules)
+    assert "the namespace policy's most vGPUs per Pod (max_vgpus_per_pod)" in vgpus
+    assert re.search(r'class="rule-count"><span class="num">2</span> Pods', vgpus)
+    assert 'href="/dashboard/policies/lab-*/"' in vgpus  # the policy that owns the rule
+    assert re.search(r'class="rule-count"><span class="num">1</span> Pod<', unknown)
+    assert "no-such-preset" in unknown
+    examples = {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', vgpus)}
+    assert len(examples) == 2 and examples <= set(rows)  # each example opens its row
+    assert all(rows[i].explanation["violations"][0]["rule"] == "policy.max_vgpus_per_pod" for i in examples)
