@@ -1,5 +1,6 @@
 """The audit record: one row per answered admission, append-only."""
 
+import re
 from datetime import UTC
 
 from django.db import models
@@ -157,6 +158,21 @@ class AdmissionAudit(models.Model):
         if self.decision != Decision.AUDIT_ONLY.value:
             return self.decision
         return "would deny" if self.reason.startswith("would deny") else "would apply"
+
+    @property
+    def catalog_model(self) -> str | None:
+        """The model catalog entry that sized this admission (or that its denial names), as its source or reason
+        records it (mutations.engine.catalog_mark); None when the size came from elsewhere."""
+        source = "" if "source" in self.get_deferred_fields() else self.source  # a history row reads no source
+        for text in (source, self.reason):
+            found = _CATALOG_MARK.search(text or "")
+            if found:
+                return found[1]
+        return None
+
+
+# The words mutations.engine.catalog_mark puts in a row's source and reason: "(catalog <name>)".
+_CATALOG_MARK = re.compile(r"\(catalog ([^()]+)\)")
 
 
 class AuditRollupCounts(models.Model):

@@ -11,13 +11,13 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import ProtectedError
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import NoReverseMatch, path, reverse
-from django.utils.html import format_html
+from django.urls import path, reverse
 from django.utils.http import urlencode
 
 from mutations.engine import is_namespace_pattern
 
 from .admin_changes import ChangeHistoryMixin
+from .admin_links import audit_links
 from .forms import GpuModelForm, NamespacePolicyForm, PodPreviewForm, PresetForm
 from .models import ApiToken, GpuModel, NamespacePolicy, NamespaceQuota, Preset
 from .preview import pod_preview, preview_answer
@@ -38,20 +38,6 @@ from .services import (
     preset_delete,
     preset_save,
 )
-
-
-def _audit_links(kind: str, name: str) -> str:
-    """Links from a policy's or preset's admin page to its admissions and recent denials on the dashboard."""
-    if not name:
-        return "-"
-    try:
-        page = reverse(f"dashboard:{kind}", args=[name])
-        history = reverse("dashboard:history")
-    except NoReverseMatch:  # a name the dashboard's URL cannot hold
-        return "-"
-    key = "policy" if kind == "policy" else "preset"
-    return format_html('<a href="{}">admissions and recent denials</a> · <a href="{}?{}">full history</a>',
-                       page, history, urlencode({key: name}))
 
 
 def _mib(value: int | None) -> str:
@@ -166,7 +152,7 @@ class PresetAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
 
     @admin.display(description="audit")
     def audit(self, obj: Preset) -> str:
-        return _audit_links("preset", obj.name)
+        return audit_links("preset", obj.name)
 
     @admin.display(description="vGPU memory", ordering="vgpu_memory_mib")
     def memory(self, obj: Preset) -> str:
@@ -245,7 +231,7 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
 
     @admin.display(description="audit")
     def audit(self, obj: NamespacePolicy) -> str:
-        return _audit_links("policy", obj.namespace)
+        return audit_links("policy", obj.namespace)
 
     @admin.display(description="kind")
     def kind(self, obj: NamespacePolicy) -> str:

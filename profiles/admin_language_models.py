@@ -8,6 +8,7 @@ from django.contrib import admin
 from mutations.engine import Knobs, catalog_need
 
 from .admin_changes import ChangeHistoryMixin
+from .admin_links import audit_links
 from .forms import NameListField, _add_problems
 from .language_models import language_model_delete, language_model_save, language_model_spec, language_model_validate
 from .models import LanguageModel
@@ -46,9 +47,9 @@ class LanguageModelAdmin(ChangeHistoryMixin, admin.ModelAdmin):
     list_filter = ["dtype", "tied_embeddings"]
     search_fields = ["name", "description"]
     ordering = ["name"]
-    readonly_fields = ["created_at", "updated_at"]
+    readonly_fields = ["created_at", "updated_at", "audit"]
     fieldsets = [
-        (None, {"fields": ["name", "identifiers", "description", "source_url"]}),
+        (None, {"fields": ["name", "identifiers", "description", "source_url", "audit"]}),
         ("Size", {"fields": ["params_b", "active_params_b", "dtype", "tied_embeddings"]}),
         ("Architecture (from config.json)", {
             "fields": ["layers", "kv_heads", "head_dim", "hidden_size", "vocab_size", "max_context",
@@ -57,6 +58,10 @@ class LanguageModelAdmin(ChangeHistoryMixin, admin.ModelAdmin):
         }),
         ("History", {"fields": ["created_at", "updated_at"], "classes": ["collapse"]}),
     ]
+
+    @admin.display(description="audit")
+    def audit(self, obj: LanguageModel) -> str:
+        return audit_links("model", obj.name)
 
     @admin.display(description="vLLM, 1 GPU, 8k context")
     def grant_8k(self, obj: LanguageModel) -> str:

@@ -16,7 +16,7 @@ from mutations.engine import (
     select_policy,
 )
 
-from .models import GpuModel, NamespacePolicy, NamespaceQuota, Preset
+from .models import GpuModel, LanguageModel, NamespacePolicy, NamespaceQuota, Preset
 from .quotas import MEMORY_KEY, NUMBER_KEY
 
 
@@ -91,6 +91,11 @@ def namespace_policy_named(*, namespace: str) -> NamespacePolicy | None:
 def preset_named(*, name: str) -> Preset | None:
     """The preset of this name, with its GPU model; None when there is none."""
     return Preset.objects.select_related("gpu_model").filter(name=name).first()
+
+
+def language_model_named(*, name: str) -> LanguageModel | None:
+    """The model catalog's entry of this name; None when there is none."""
+    return LanguageModel.objects.filter(name=name).first()
 
 
 def namespace_quota_list() -> list[JsonObject]:

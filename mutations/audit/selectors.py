@@ -7,6 +7,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -178,25 +179,44 @@ def audit_count(*, filters: dict[str, str] | None = None, limit: int | None = No
     return MatchCount(n=min(counted, limit), more=counted > limit)
 
 
-def count_within(queryset: QuerySet[Any], *, budget_ms: int) -> int | None:
-    """queryset.count() given at most `budget_ms` on PostgreSQL (statement_timeout, for this statement only);
-    None when it ran out. Pass a sliced queryset: the time bound is a safety net, the LIMIT is the design."""
+class OutOfTime(Exception):
+    """A statement ran longer than its time_budget allowed (PostgreSQL cancelled it)."""
+
+
+@contextmanager
+def time_budget(budget_ms: int) -> Iterator[None]:
+    """Statements inside run under statement_timeout = `budget_ms` on PostgreSQL (for them only, in a transaction or
+    savepoint of their own); OutOfTime when one runs out. Elsewhere (SQLite, development) no bound."""
     if connection.vendor != "postgresql":
-        return queryset.count()
-    restore = connection.in_atomic_block  # inside an outer transaction SET LOCAL would outlive this count
+        yield
+        return
+    restore = connection.in_atomic_block  # inside an outer transaction SET LOCAL would outlive the block
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)",
                            [f"{int(budget_ms)}ms"])
             previous = cursor.fetchone()[0]
-            counted = queryset.count()
+            yield
             if restore:
                 cursor.execute("SELECT set_config('statement_timeout', %s, true)", [previous])
-            return counted
     except OperationalError as exc:  # the rollback (of the savepoint) put statement_timeout back
         if getattr(exc.__cause__, "sqlstate", None) == _QUERY_CANCELED:
-            return None
+            raise OutOfTime(str(exc)) from exc
         raise
+
+
+def count_within(queryset: QuerySet[Any], *, budget_ms: int) -> int | None:
+    """queryset.count() given at most `budget_ms` (time_budget); None when it ran out. Pass a sliced queryset:
+    the time bound is a safety net, the LIMIT is the design."""
+    try:
+        with time_budget(budget_ms):
+            return queryset.count()
+    except OutOfTime:
+        return None
+
+
+# How long the pages that find a model's admissions by the words of their reason may search (no index serves it).
+SEARCH_BUDGET_MS = 500
 
 
 def cursor_encode(row: AdmissionAudit, field_name: str) -> str:

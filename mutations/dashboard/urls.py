@@ -14,6 +14,7 @@ urlpatterns = [
     path("rehearsal/", views.rehearsal_view, name="rehearsal"),
     path("policies/<path:name>/", views.policy, name="policy"),
     path("presets/<str:name>/", views.preset, name="preset"),
+    path("models/<path:name>/", views.language_model, name="model"),
     path("changes/", changes.changes, name="changes"),
     path("changes/<int:change_id>/", changes.change, name="change"),
 ]

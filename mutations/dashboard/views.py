@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from datetime import date
+from datetime import date, timedelta
 from decimal import Decimal
 from functools import wraps
 from urllib.parse import urlencode
@@ -15,15 +15,23 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from injector_site.database import session_database
 from profiles.changes.selectors import configuration_at
-from profiles.selectors import configuration_names, namespace_policy_named, namespace_quota_list, preset_named
+from profiles.language_models import language_model_spec
+from profiles.selectors import (
+    configuration_names,
+    language_model_named,
+    namespace_policy_named,
+    namespace_quota_list,
+    preset_named,
+)
 
 from ..audit import audit_backlog_rows, memory, rehearsal, selectors
 from ..audit.filters import DECISION_CHOICES, WOULD_DENY, AuditFilter
-from ..engine import Decision
+from ..engine import Decision, Knobs, catalog_mark, catalog_need
 from ..engine.jsonpatch import unescape
 from ..engine.scheduling import QUEUE_ANNOTATION
 from ..models import AUDIT_VIEW_PERMISSION, AdmissionAudit
@@ -196,8 +204,18 @@ def detail(request, audit_id: int):
             ("preset", row.preset_name), ("namespacepolicy", row.policy_name)]),
         patch_json=json.dumps(row.patch, indent=2), annotations=_applied_annotations(row.patch),
         scheduling=scheduling_from_patch(row.patch), problem=row.decision in selectors.PROBLEM_DECISIONS,
+        catalog_model=_sized_by_model(row),
     )
     return render(request, "dashboard/detail.html", context)
+
+
+def _sized_by_model(row: AdmissionAudit) -> str | None:
+    """The catalog model that sized the row: the grant's sizing says it, else its source or reason."""
+    for grant in row.containers or []:
+        matched = (grant.get("sizing") or {}).get("matched") if isinstance(grant, dict) else None
+        if isinstance(matched, str) and matched:
+            return matched
+    return row.catalog_model
 
 
 @require_GET
@@ -223,7 +241,7 @@ CONFIGURATION_PAGE_ROWS = 10
 def policy(request, name: str):
     """A namespace policy as the audit sees it: its settings, its latest admissions and denials, and links."""
     found = namespace_policy_named(namespace=name)
-    return _configuration_page(request, kind="policy", name=name, filter_key="policy", obj=found,
+    return _configuration_page(request, kind="policy", name=name, filters={"policy": name}, obj=found,
                                admin_url=reverse("admin:profiles_namespacepolicy_change", args=[found.pk])
                                if found else None)
 
@@ -233,18 +251,48 @@ def policy(request, name: str):
 def preset(request, name: str):
     """A preset as the audit sees it: its size, the latest admissions it sized and denials that named it."""
     found = preset_named(name=name)
-    return _configuration_page(request, kind="preset", name=name, filter_key="preset", obj=found,
+    return _configuration_page(request, kind="preset", name=name, filters={"preset": name}, obj=found,
                                admin_url=reverse("admin:profiles_preset_change", args=[found.pk]) if found else None)
 
 
-def _configuration_page(request, *, kind: str, name: str, filter_key: str, obj, admin_url: str | None):
-    def rows(**extra: str) -> list[AdmissionAudit]:
-        return selectors.audit_page(filters={filter_key: name, **extra}, size=CONFIGURATION_PAGE_ROWS).rows
+# A model's page searches the words of the reason (no index serves them): the last days only, each list
+# within selectors.SEARCH_BUDGET_MS.
+MODEL_PAGE_DAYS = 7
+
+
+@require_GET
+@audit_viewer_required
+def language_model(request, name: str):
+    """A catalog model as the audit sees it: its size, the latest admissions it sized and denials that name it."""
+    found = language_model_named(name=name)
+    grants = None
+    if found is not None:
+        spec = language_model_spec(found)
+        grants = {"8k": catalog_need(spec, Knobs(max_model_len=8192)).per_card_mib,
+                  "native": catalog_need(spec, Knobs()).per_card_mib}
+    since = (timezone.now() - timedelta(days=MODEL_PAGE_DAYS)).replace(microsecond=0)
+    return _configuration_page(
+        request, kind="model", name=name, filters={"reason": catalog_mark(name), "since": since.isoformat()},
+        history_filters={"reason": catalog_mark(name)}, obj=found, grants=grants, days=MODEL_PAGE_DAYS,
+        admin_url=reverse("admin:profiles_languagemodel_change", args=[found.pk]) if found else None,
+        budget_ms=selectors.SEARCH_BUDGET_MS)
+
+
+def _configuration_page(request, *, kind: str, name: str, filters: dict[str, str], obj, admin_url: str | None,
+                        history_filters: dict[str, str] | None = None, budget_ms: int | None = None, **extra):
+    def rows(**more: str) -> list[AdmissionAudit] | None:
+        if budget_ms is None:
+            return selectors.audit_page(filters={**filters, **more}, size=CONFIGURATION_PAGE_ROWS).rows
+        try:  # None: not found within the budget (the page links to the full history instead)
+            with selectors.time_budget(budget_ms):
+                return selectors.audit_page(filters={**filters, **more}, size=CONFIGURATION_PAGE_ROWS).rows
+        except selectors.OutOfTime:
+            return None
 
     context = _context(
         request, kind=kind, name=name, obj=obj, admin_url=admin_url,
         recent=rows(), denials=rows(decision=Decision.DENIED.value), would_deny=rows(decision=WOULD_DENY),
-        history_url=f"{reverse('dashboard:history')}?{urlencode({filter_key: name})}", filter_key=filter_key,
+        history_url=f"{reverse('dashboard:history')}?{urlencode(history_filters or filters)}", **extra,
     )
     return render(request, "dashboard/configuration.html", context)
 

@@ -7,7 +7,7 @@ nothing of theirs (tests/test_conventions.py). Its public names are re-exported 
 from .admission import AdmissionRequest, BadReview, parse_review, review_response
 from .annotations import ANN_PRESET, ANN_SKIP
 from .denial import Denial
-from .inference import model_key, serving_size
+from .inference import catalog_mark, model_key, serving_size
 from .inputs import pod_from_inputs, pod_inputs
 from .jsonpatch import make_patch
 from .memory import Knobs, LanguageModelSpec, Need, catalog_need
@@ -39,7 +39,7 @@ __all__ = [
     "AdmissionRequest", "BadReview", "Catalog", "ContainerGrant", "Decision", "Denial", "GpuModelSpec", "JsonObject",
     "Knobs", "LanguageModelSpec", "Mode", "MutationContext", "MutationResult", "Need", "PolicySpec", "PresetSpec",
     "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand",
-    "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",
+    "catalog_mark", "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",
     "model_key", "mutate_pod", "serving_command_read", "serving_size",
     "parse_quantity", "parse_review", "pod_from_inputs", "pod_inputs", "review_response", "select_policy",
 ]

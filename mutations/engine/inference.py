@@ -60,6 +60,17 @@ class ServingSizing:
     explanation: JsonObject
 
 
+# How a grant or a denial names the catalog entry that sized it: in its source and its reason (the audit row
+# keeps both), "(catalog <name>)". The dashboard finds a model's admissions by these words (catalog_mark).
+def catalog_mark(name: str) -> str:
+    """The words an audit row's source and reason carry when the catalog entry `name` sized the Pod."""
+    return f"({_catalog_method(name)})"
+
+
+def _catalog_method(name: str) -> str:
+    return f"catalog {name}"
+
+
 def model_key(name: str) -> str:
     """How a model name is matched: the last path part, lowercased, without packaging and quantization suffixes."""
     base = name.strip().rstrip("/").rsplit("/", 1)[-1].lower()
@@ -204,7 +215,7 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
     served = f"{command.engine} serving {command.model}"
     if model is not None:
         need = catalog_need(model, knobs)
-        how = f"catalog {model.name}"
+        how = _catalog_method(model.name)
     else:
         size = size_from_name(command.model)
         if size is None:

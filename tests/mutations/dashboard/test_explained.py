@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from mutations.models import AdmissionAudit
-from profiles.models import NamespacePolicy, Preset
+from profiles.models import LanguageModel, NamespacePolicy, Preset
 from tests.support import pods
 from tests.support.audit import audit_row
 from tests.support.ui import page_of
@@ -178,3 +178,66 @@ def test_the_rehearsal_groups_what_enforce_would_deny_by_the_rule_with_counts_an
     examples = {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', vgpus)}
     assert len(examples) == 2 and examples <= set(rows)  # each example opens its row
     assert all(rows[i].explanation["violations"][0]["rule"] == "policy.max_vgpus_per_pod" for i in examples)
+
+
+QWEN = "Qwen2.5-7B-Instruct"  # in the seeded model catalog; pods.vllm_deployment_pod serves it
+
+
+def section(page: str, heading: str) -> str:
+    """The panel under an h2 of the page."""
+    return page.split(f"<h2>{heading}</h2>", 1)[1].split("</section>", 1)[0]
+
+
+def detail_ids(text: str) -> set[int]:
+    return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', text)}
+
+
+def test_rows_sized_by_a_catalog_model_link_to_it_and_its_pages_link_back(staff_client, admin_client, post_review):
+    NamespacePolicy.objects.create(namespace="strict", max_vgpu_memory_mib=8192)
+    post_review(pods.review(pods.vllm_deployment_pod()))  # sized from the serving command by the catalog
+    post_review(pods.review(pods.vllm_deployment_pod(namespace="strict")))  # more than strict allows per vGPU
+    converted = AdmissionAudit.objects.get(decision="mutated")
+    denied = AdmissionAudit.objects.get(decision="denied")
+    by_preset = audit_row(preset_name="llm-7b")  # sized by a preset: no model
+    model_href = f'class="model-link" href="/dashboard/models/{QWEN}/"'
+    assert model_href in page_of(staff_client.get(f"/dashboard/admissions/{converted.id}/"))
+    assert model_href in page_of(staff_client.get(f"/dashboard/admissions/{denied.id}/"))
+    assert "model-link" not in page_of(staff_client.get(f"/dashboard/admissions/{by_preset.id}/"))
+    history = page_of(staff_client.get("/dashboard/history/"))
+    rows = re.findall(r'<tr class="[^"]*">.*?</tr>', history, re.S)
+    linked = {i for row in rows if model_href in row for i in detail_ids(row)}
+    assert linked == {converted.id, denied.id}
+
+    page = page_of(staff_client.get(f"/dashboard/models/{QWEN}/"))
+    model = LanguageModel.objects.get(name=QWEN)
+    assert f'href="/admin/profiles/languagemodel/{model.pk}/change/"' in page
+    assert detail_ids(section(page, "Latest admissions")) == {converted.id, denied.id}
+    assert detail_ids(section(page, "Latest denials")) == {denied.id}
+    full = re.search(r'class="admissions-link" href="([^"]+)"', page).group(1)
+    assert full == "/dashboard/history/?reason=%28catalog+Qwen2.5-7B-Instruct%29"
+    assert detail_ids(page_of(staff_client.get(full))) == {converted.id, denied.id}
+
+    admin_page = page_of(admin_client.get(f"/admin/profiles/languagemodel/{model.pk}/change/"))
+    assert f'href="/dashboard/models/{QWEN}/">admissions and recent denials</a>' in admin_page
+    assert f'href="{full}">full history</a>' in admin_page
+
+
+def test_a_model_page_that_runs_out_of_time_links_to_the_full_history(staff_client, monkeypatch):
+    from contextlib import contextmanager
+
+    from mutations.audit import selectors
+
+    @contextmanager
+    def out_of_time(budget_ms):
+        raise selectors.OutOfTime("statement timeout")
+        yield
+
+    monkeypatch.setattr(selectors, "time_budget", out_of_time)
+    page = page_of(staff_client.get(f"/dashboard/models/{QWEN}/"))
+    assert "Not found within the page's time budget" in section(page, "Latest denials")
+    assert 'href="/dashboard/history/?reason=%28catalog+Qwen2.5-7B-Instruct%29">the full history</a>' in page
+
+
+def test_a_model_no_longer_in_the_catalog_still_has_a_page(staff_client):
+    page = page_of(staff_client.get("/dashboard/models/gone-model-1B/"))
+    assert "No model of this name is in the catalog now" in page
