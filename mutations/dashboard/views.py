@@ -280,13 +280,19 @@ def language_model(request, name: str):
 
 def _configuration_page(request, *, kind: str, name: str, filters: dict[str, str], obj, admin_url: str | None,
                         history_filters: dict[str, str] | None = None, budget_ms: int | None = None, **extra):
+    out_of_time = False
+
     def rows(**more: str) -> list[AdmissionAudit] | None:
+        nonlocal out_of_time
         if budget_ms is None:
             return selectors.audit_page(filters={**filters, **more}, size=CONFIGURATION_PAGE_ROWS).rows
+        if out_of_time:  # the next list narrows the same search: it would run out too
+            return None
         try:  # None: not found within the budget (the page links to the full history instead)
             with selectors.time_budget(budget_ms):
                 return selectors.audit_page(filters={**filters, **more}, size=CONFIGURATION_PAGE_ROWS).rows
         except selectors.OutOfTime:
+            out_of_time = True
             return None
 
     context = _context(

@@ -227,14 +227,19 @@ def test_a_model_page_that_runs_out_of_time_links_to_the_full_history(staff_clie
 
     from mutations.audit import selectors
 
+    searches = []
+
     @contextmanager
     def out_of_time(budget_ms):
+        searches.append(budget_ms)
         raise selectors.OutOfTime("statement timeout")
         yield
 
     monkeypatch.setattr(selectors, "time_budget", out_of_time)
     page = page_of(staff_client.get(f"/dashboard/models/{QWEN}/"))
     assert "Not found within the page's time budget" in section(page, "Latest denials")
+    assert "Not found within the page's time budget" in section(page, "Latest admissions")
+    assert searches == [selectors.SEARCH_BUDGET_MS]  # the narrower lists do not search again what ran out
     assert 'href="/dashboard/history/?reason=%28catalog+Qwen2.5-7B-Instruct%29">the full history</a>' in page
 
 
