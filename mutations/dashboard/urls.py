@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import changes, views
+from . import changes, configuration, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -12,9 +12,9 @@ urlpatterns = [
     path("admissions/<int:audit_id>/", views.detail, name="detail"),
     path("budgets/", views.budgets, name="budgets"),
     path("rehearsal/", views.rehearsal_view, name="rehearsal"),
-    path("policies/<path:name>/", views.policy, name="policy"),
-    path("presets/<str:name>/", views.preset, name="preset"),
-    path("models/<path:name>/", views.language_model, name="model"),
+    path("policies/<path:name>/", configuration.policy, name="policy"),
+    path("presets/<str:name>/", configuration.preset, name="preset"),
+    path("models/<path:name>/", configuration.language_model, name="model"),
     path("changes/", changes.changes, name="changes"),
     path("changes/<int:change_id>/", changes.change, name="change"),
 ]

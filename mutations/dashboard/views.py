@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from datetime import date, timedelta
+from datetime import date
 from decimal import Decimal
 from functools import wraps
 from urllib.parse import urlencode
@@ -15,23 +15,15 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from injector_site.database import session_database
 from profiles.changes.selectors import configuration_at
-from profiles.language_models import language_model_spec
-from profiles.selectors import (
-    configuration_names,
-    language_model_named,
-    namespace_policy_named,
-    namespace_quota_list,
-    preset_named,
-)
+from profiles.selectors import configuration_names, namespace_quota_list
 
 from ..audit import audit_backlog_rows, memory, rehearsal, selectors
 from ..audit.filters import DECISION_CHOICES, WOULD_DENY, AuditFilter
-from ..engine import Decision, Knobs, catalog_mark, catalog_need
+from ..engine import Decision
 from ..engine.jsonpatch import unescape
 from ..engine.scheduling import QUEUE_ANNOTATION
 from ..models import AUDIT_VIEW_PERMISSION, AdmissionAudit
@@ -74,7 +66,8 @@ def _filters(request) -> dict[str, str]:
     return {key: request.GET[key] for key in FILTER_KEYS if request.GET.get(key, "").strip()}
 
 
-def _context(request, **extra) -> dict:
+def page_context(request, **extra) -> dict:
+    """What every dashboard page shows besides its own: the audit backlog banner, the decision colours."""
     return {"backlog_rows": _backlog_rows(), "decision_colours": charts.DECISION_COLOURS, **extra}
 
 
@@ -95,7 +88,7 @@ def overview(request):
          "problem": d in selectors.PROBLEM_DECISIONS}
         for d in charts.DECISION_ORDER
     ]
-    context = _context(
+    context = page_context(
         request,
         data=data,
         window=window,
@@ -176,7 +169,7 @@ def history(request):
     query = request.GET.copy()
     for key in ("after", "before"):
         query.pop(key, None)
-    context = _context(
+    context = page_context(
         request, form=form, page=page, errors=errors, sort=sort, sorts=selectors.SORTS, paged=paged, count=count,
         count_n=f"{count.n:,}" if count else None,
         query=query.urlencode(), filters=filters,
@@ -198,7 +191,7 @@ def detail(request, audit_id: int):
         row = selectors.audit_get(audit_id=audit_id, day=day)
     except AdmissionAudit.DoesNotExist as exc:
         raise Http404("no such admission") from exc
-    context = _context(
+    context = page_context(
         request, row=row, containers=resources_side_by_side(row=row),
         configuration=configuration_at(version=row.config_version, objects=[
             ("preset", row.preset_name), ("namespacepolicy", row.policy_name)]),
@@ -218,6 +211,10 @@ def _sized_by_model(row: AdmissionAudit) -> str | None:
     return row.catalog_model
 
 
+# The latest would-deny rows the rehearsal lists.
+REHEARSAL_ROWS = 10
+
+
 @require_GET
 @audit_viewer_required
 def rehearsal_view(request):
@@ -225,82 +222,11 @@ def rehearsal_view(request):
     namespace = request.GET.get("namespace", "").strip()[:253]
     found = rehearsal.namespace_rehearsal(namespace=namespace) if namespace else None
     latest = selectors.audit_page(filters={"namespace": namespace, "decision": WOULD_DENY},
-                                  size=CONFIGURATION_PAGE_ROWS).rows if namespace else []
-    return render(request, "dashboard/rehearsal.html", _context(
+                                  size=REHEARSAL_ROWS).rows if namespace else []
+    return render(request, "dashboard/rehearsal.html", page_context(
         request, namespace=namespace, rehearsal=found, latest=latest, days=rehearsal.REHEARSAL_DAYS,
         would_grant_gib=gib(found.would_grant_mib) if found else 0,
         namespaces=configuration_names()["namespaces"]))
-
-
-# Rows a policy's or preset's page lists, newest first (each list is one indexed query).
-CONFIGURATION_PAGE_ROWS = 10
-
-
-@require_GET
-@audit_viewer_required
-def policy(request, name: str):
-    """A namespace policy as the audit sees it: its settings, its latest admissions and denials, and links."""
-    found = namespace_policy_named(namespace=name)
-    return _configuration_page(request, kind="policy", name=name, filters={"policy": name}, obj=found,
-                               admin_url=reverse("admin:profiles_namespacepolicy_change", args=[found.pk])
-                               if found else None)
-
-
-@require_GET
-@audit_viewer_required
-def preset(request, name: str):
-    """A preset as the audit sees it: its size, the latest admissions it sized and denials that named it."""
-    found = preset_named(name=name)
-    return _configuration_page(request, kind="preset", name=name, filters={"preset": name}, obj=found,
-                               admin_url=reverse("admin:profiles_preset_change", args=[found.pk]) if found else None)
-
-
-# A model's page searches the words of the reason (no index serves them): the last days only, each list
-# within selectors.SEARCH_BUDGET_MS.
-MODEL_PAGE_DAYS = 7
-
-
-@require_GET
-@audit_viewer_required
-def language_model(request, name: str):
-    """A catalog model as the audit sees it: its size, the latest admissions it sized and denials that name it."""
-    found = language_model_named(name=name)
-    grants = None
-    if found is not None:
-        spec = language_model_spec(found)
-        grants = {"8k": catalog_need(spec, Knobs(max_model_len=8192)).per_card_mib,
-                  "native": catalog_need(spec, Knobs()).per_card_mib}
-    since = (timezone.now() - timedelta(days=MODEL_PAGE_DAYS)).replace(microsecond=0)
-    return _configuration_page(
-        request, kind="model", name=name, filters={"reason": catalog_mark(name), "since": since.isoformat()},
-        history_filters={"reason": catalog_mark(name)}, obj=found, grants=grants, days=MODEL_PAGE_DAYS,
-        admin_url=reverse("admin:profiles_languagemodel_change", args=[found.pk]) if found else None,
-        budget_ms=selectors.SEARCH_BUDGET_MS)
-
-
-def _configuration_page(request, *, kind: str, name: str, filters: dict[str, str], obj, admin_url: str | None,
-                        history_filters: dict[str, str] | None = None, budget_ms: int | None = None, **extra):
-    out_of_time = False
-
-    def rows(**more: str) -> list[AdmissionAudit] | None:
-        nonlocal out_of_time
-        if budget_ms is None:
-            return selectors.audit_page(filters={**filters, **more}, size=CONFIGURATION_PAGE_ROWS).rows
-        if out_of_time:  # the next list narrows the same search: it would run out too
-            return None
-        try:  # None: not found within the budget (the page links to the full history instead)
-            with selectors.time_budget(budget_ms):
-                return selectors.audit_page(filters={**filters, **more}, size=CONFIGURATION_PAGE_ROWS).rows
-        except selectors.OutOfTime:
-            out_of_time = True
-            return None
-
-    context = _context(
-        request, kind=kind, name=name, obj=obj, admin_url=admin_url,
-        recent=rows(), denials=rows(decision=Decision.DENIED.value), would_deny=rows(decision=WOULD_DENY),
-        history_url=f"{reverse('dashboard:history')}?{urlencode(history_filters or filters)}", **extra,
-    )
-    return render(request, "dashboard/configuration.html", context)
 
 
 @require_GET
@@ -308,7 +234,7 @@ def _configuration_page(request, *, kind: str, name: str, filters: dict[str, str
 def budgets(request):
     """Each budgeted namespace's ResourceQuota: used and hard as `manage.py sync_quotas` last read them."""
     quotas = namespace_quota_list()
-    return render(request, "dashboard/budgets.html", _context(
+    return render(request, "dashboard/budgets.html", page_context(
         request, quotas=quotas, synced_at=max((q["synced_at"] for q in quotas), default=None)))
 
 
