@@ -70,7 +70,7 @@ def namespace_rehearsal(*, namespace: str, days: int = REHEARSAL_DAYS, now: date
     )
     # What enforce would refuse, by the rule that would deny (each row's explanation lists every rule it breaks).
     denials = list(rows.filter(WOULD_DENY).order_by("-created_at", "-id")
-                   .only("id", "pod_name", "generate_name", "field", "explanation")[:RULE_ROWS_READ])
+                   .only("id", "created_at", "pod_name", "generate_name", "field", "explanation")[:RULE_ROWS_READ])
     policies = sorted(p for p in rows.order_by().values_list("policy_name", flat=True).distinct()[:20] if p)
     return Rehearsal(namespace=namespace, since=since, would_deny=totals["would_deny"] or 0,
                      would_apply=totals["would_apply"] or 0, would_grant_mib=int(totals["would_grant_mib"] or 0),
@@ -107,7 +107,7 @@ def rules_of(rows: list[AdmissionAudit]) -> list[RuleDenials]:
                 group = found[key] = RuleDenials(rule=rule, rule_text=text, policy=policy)
             group.pods += 1
             if len(group.examples) < RULE_EXAMPLES:
-                group.examples.append({"id": row.id, "pod": row.pod_name or row.generate_name,
+                group.examples.append({"url": row.get_absolute_url(), "pod": row.pod_name or row.generate_name,
                                        "message": str(violation.get("message") or "")})
     return sorted(found.values(), key=lambda g: (-g.pods, g.rule, g.policy or ""))
 

@@ -175,7 +175,7 @@ def test_the_rehearsal_groups_what_enforce_would_deny_by_the_rule_with_counts_an
     assert 'href="/dashboard/policies/lab-*/"' in vgpus  # the policy that owns the rule
     assert re.search(r'class="rule-count"><span class="num">1</span> Pod<', unknown)
     assert "no-such-preset" in unknown
-    examples = {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', vgpus)}
+    examples = detail_ids(vgpus)
     assert len(examples) == 2 and examples <= set(rows)  # each example opens its row
     assert all(rows[i].explanation["violations"][0]["rule"] == "policy.max_vgpus_per_pod" for i in examples)
 
@@ -189,7 +189,7 @@ def section(page: str, heading: str) -> str:
 
 
 def detail_ids(text: str) -> set[int]:
-    return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/"', text)}
+    return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"', text)}
 
 
 def test_rows_sized_by_a_catalog_model_link_to_it_and_its_pages_link_back(staff_client, admin_client, post_review):
