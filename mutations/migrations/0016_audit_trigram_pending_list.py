@@ -14,23 +14,14 @@ lock while it builds (reads go on; the webhook's writer waits and its rows stay 
 per million rows on this machine's two cores.
 """
 
+import importlib
+
 from django.db import migrations
 
-TABLE = "mutations_admissionaudit"
-TRIGRAM = "audit_pod_names_trgm"
+# 0015 rebuilds the index with the options it is given; so does this migration.
+_trigram = importlib.import_module("mutations.migrations.0015_audit_fewer_index_bytes")._trigram
+
 PENDING_LIST_KB = 512
-
-
-def _trigram(options: str):
-    def apply(apps, schema_editor):
-        if schema_editor.connection.vendor != "postgresql":
-            return
-        schema_editor.execute(f'DROP INDEX IF EXISTS "{TRIGRAM}"')
-        # every day partition made later copies the parent index's options
-        schema_editor.execute(f'CREATE INDEX "{TRIGRAM}" ON "{TABLE}" USING gin (pod_name gin_trgm_ops, '
-                              f"generate_name gin_trgm_ops) WITH ({options})")
-
-    return apply
 
 
 class Migration(migrations.Migration):
@@ -40,5 +31,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(_trigram(f"gin_pending_list_limit = {PENDING_LIST_KB}"), _trigram("fastupdate = off")),
+        migrations.RunPython(_trigram(f" WITH (gin_pending_list_limit = {PENDING_LIST_KB})"),
+                             _trigram(" WITH (fastupdate = off)")),
     ]
