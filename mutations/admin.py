@@ -6,6 +6,8 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
+from injector_site.admin_permissions import ReadOnlyAdminMixin, ViewOnlyAdminMixin
+
 from .models import AdmissionAudit, UnconvertedPodScan
 
 
@@ -28,7 +30,7 @@ class EstimatedCountPaginator(Paginator):
 
 
 @admin.register(AdmissionAudit)
-class AdmissionAuditAdmin(admin.ModelAdmin):
+class AdmissionAuditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("created_at", "decision", "namespace", "pod_or_generate_name", "username", "preset_name",
                     "vgpus_granted", "vgpu_memory_mib", "duration_ms")
     list_filter = ("decision", "operation")
@@ -43,27 +45,12 @@ class AdmissionAuditAdmin(admin.ModelAdmin):
     def pod_or_generate_name(self, row: AdmissionAudit) -> str:
         return row.pod_name or row.generate_name
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(UnconvertedPodScan)
-class UnconvertedPodScanAdmin(admin.ModelAdmin):
+class UnconvertedPodScanAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
     """Scans for GPU Pods that bypassed the webhook: read-only; deletable, e.g. after removing the CronJob,
     so /metrics stops exporting an old result (and VolcanoInjectorUnconvertedScanStale stops firing)."""
 
     list_display = ("finished_at", "succeeded", "unconverted", "pods_examined", "error")
     list_filter = ("succeeded",)
     readonly_fields = ("finished_at", "succeeded", "error", "pods_examined", "unconverted", "by_namespace", "pods")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False

@@ -14,6 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.http import urlencode
 
+from injector_site.admin_permissions import ViewOnlyAdminMixin
 from mutations.engine import is_namespace_pattern
 
 from .admin_changes import ChangeHistoryMixin
@@ -310,7 +311,7 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
 
 
 @admin.register(NamespaceQuota)
-class NamespaceQuotaAdmin(admin.ModelAdmin):
+class NamespaceQuotaAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
     """What `manage.py sync_quotas` last did per namespace: read-only (the command writes it)."""
 
     list_display = ["namespace", "policy_namespace", "action", "synced_at", "message"]
@@ -318,12 +319,6 @@ class NamespaceQuotaAdmin(admin.ModelAdmin):
     search_fields = ["namespace", "policy_namespace"]
     readonly_fields = ["namespace", "policy_namespace", "hard", "status_hard", "status_used", "action", "message",
                        "synced_at"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 # DRF's own token admin lists every user's key in plaintext; its table is emptied by migration
@@ -337,20 +332,15 @@ except (ImportError, NotRegistered):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens by user, with expiry and last use; never the token (only its digest is stored). Delete to revoke."""
+class ApiTokenAdmin(ViewOnlyAdminMixin, admin.ModelAdmin):
+    """Tokens by user, with expiry and last use; never the token (only its digest is stored). Delete to revoke.
+    Issued by manage.py issue_token, which shows the token once: nothing to add here."""
 
     list_display = ("prefix", "user", "created_at", "expires_at", "last_used_at")
     list_select_related = ("user",)
     search_fields = ("user__username", "prefix")
     readonly_fields = ("user", "prefix", "created_at", "expires_at", "last_used_at")
     exclude = ("digest",)
-
-    def has_add_permission(self, request) -> bool:
-        return False  # issued by manage.py issue_token, which shows the token once
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 # The model catalog's admin lives in its own module; importing it registers it.

@@ -13,6 +13,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from rest_framework import serializers
 
+from injector_site.admin_permissions import ReadOnlyAdminMixin
+
 from .api.restore import AFTER, BEFORE, NothingToRestore, change_restore, change_version, restore_errors
 from .changes import CHANGE_LOGGED
 from .changes.selectors import change_diff, changed_fields
@@ -40,7 +42,7 @@ class ChangeHistoryMixin:
 
 
 @admin.register(ObjectChange)
-class ObjectChangeAdmin(admin.ModelAdmin):
+class ObjectChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: rows are written by the change log only."""
 
     list_display = ["id", "time", "user_name", "through", "action", "object_type", "object_repr", "changes"]
@@ -53,15 +55,6 @@ class ObjectChangeAdmin(admin.ModelAdmin):
               "object_repr", "diff")
     readonly_fields = fields
     change_form_template = "admin/profiles/objectchange/change_form.html"
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description="changed")
     def changes(self, obj: ObjectChange) -> str:
