@@ -40,3 +40,12 @@ def page_of(response, *, status: int = 200) -> str:
     """A Django test response's page as a person reads it (entities decoded), after checking its status."""
     assert response.status_code == status, (response.status_code, status)
     return html.unescape(response.content.decode())
+
+
+# A link to an admission's page: its id, and the UTC day that finds its partition (AdmissionAudit.get_absolute_url).
+ADMISSION_LINK = re.compile(r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"')
+
+
+def admission_ids(page: str) -> list[int]:
+    """The admissions a page links to, each once, in the order they first appear."""
+    return list(dict.fromkeys(int(i) for i in ADMISSION_LINK.findall(page)))

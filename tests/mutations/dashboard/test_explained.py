@@ -9,7 +9,7 @@ from mutations.models import AdmissionAudit
 from profiles.models import LanguageModel, NamespacePolicy, Preset
 from tests.support import pods
 from tests.support.audit import audit_row
-from tests.support.ui import page_of
+from tests.support.ui import admission_ids, page_of
 
 pytestmark = pytest.mark.django_db
 
@@ -71,8 +71,7 @@ def test_history_filters_by_policy_and_tells_would_deny_from_would_apply(staff_c
     audit_row(decision="denied", reason="denied", policy_name="*")
 
     def listed(query):
-        return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"',
-                                           page_of(staff_client.get(f"/dashboard/history/?{query}")))}
+        return set(admission_ids(page_of(staff_client.get(f"/dashboard/history/?{query}"))))
 
     assert listed("decision=would-deny") == {would_deny.id}
     assert listed("decision=would-apply") == {would_apply.id}
@@ -112,8 +111,7 @@ def test_the_denied_or_failed_card_links_to_exactly_what_it_counts(staff_client)
     assert re.search(r'href="/dashboard/history/\?decision=denied-or-error"><div class="label">Denied or failed</div>'
                      r'<div class="value">2<', page)
     listed = page_of(staff_client.get("/dashboard/history/?decision=denied-or-error"))
-    linked = re.findall(r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"', listed)
-    assert {int(i) for i in linked} == {denied.id, error.id}
+    assert set(admission_ids(listed)) == {denied.id, error.id}
 
 
 def test_the_overview_counts_what_audit_only_namespaces_would_deny(staff_client):
@@ -189,7 +187,7 @@ def section(page: str, heading: str) -> str:
 
 
 def detail_ids(text: str) -> set[int]:
-    return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"', text)}
+    return set(admission_ids(text))
 
 
 def test_rows_sized_by_a_catalog_model_link_to_it_and_its_pages_link_back(staff_client, admin_client, post_review):

@@ -11,14 +11,13 @@ from django.utils import timezone
 
 from mutations.dashboard import views
 from tests.support.audit import audit_row
-from tests.support.ui import page_of
+from tests.support.ui import admission_ids, page_of
 
 pytestmark = pytest.mark.django_db
 
 
 def listed(client, query) -> set[int]:
-    return {int(i) for i in re.findall(r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"',
-                                       page_of(client.get(f"/dashboard/history/?{query}")))}
+    return set(admission_ids(page_of(client.get(f"/dashboard/history/?{query}"))))
 
 
 def test_the_full_name_kubectl_shows_finds_a_pod_named_from_generate_name(staff_client):

@@ -17,7 +17,7 @@ from mutations.audit import partitions, selectors
 from mutations.models import AdmissionAudit
 from tests.support import pods
 from tests.support.audit import audit_row
-from tests.support.ui import page_of
+from tests.support.ui import admission_ids, page_of
 
 pytestmark = pytest.mark.django_db
 
@@ -29,16 +29,9 @@ def flush_audit():
         flush()
 
 
-# A link to an admission's page: its id, and the UTC day that finds its partition.
-ADMISSION_LINK = r'href="/dashboard/admissions/(\d+)/(?:\?day=[0-9-]+)?"'
-
-
 def uids(response) -> list[str]:
     """The request uids a history page lists, in order (each row links to its detail page)."""
-    ids = [int(i) for i in re.findall(ADMISSION_LINK, page_of(response))]
-    seen = list(dict.fromkeys(ids))
-    rows = {r.id: r.request_uid for r in AdmissionAudit.objects.filter(id__in=seen)}
-    return [rows[i] for i in seen]
+    return uids_from(page_of(response))
 
 
 # --- access -----------------------------------------------------------------------------------------
@@ -189,7 +182,7 @@ def test_history_pages_walk_every_row_once_in_both_directions(staff_client, monk
 
 
 def uids_from(page: str) -> list[str]:
-    ids = list(dict.fromkeys(int(i) for i in re.findall(ADMISSION_LINK, page)))
+    ids = admission_ids(page)
     rows = dict(AdmissionAudit.objects.filter(id__in=ids).values_list("id", "request_uid"))
     return [rows[i] for i in ids]
 
