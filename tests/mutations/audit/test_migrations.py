@@ -21,6 +21,11 @@ def migrate(target):
     executor.migrate([target])
 
 
+def audit_model_at(target):
+    """AdmissionAudit as of a migration: later migrations add columns the table does not have yet."""
+    return MigrationExecutor(connection).loader.project_state(target).apps.get_model("mutations", "AdmissionAudit")
+
+
 def column_types() -> dict[str, tuple[str, str]]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT attname, atttypid::regtype::text, attcompression FROM pg_attribute "
@@ -87,8 +92,7 @@ def test_0006_leaves_one_trigram_index_on_both_name_columns_and_reverses_to_two(
         assert name == "audit_pod_names_trgm"
         assert "pod_name gin_trgm_ops, generate_name gin_trgm_ops" in definition
         # The model as of 0006: later migrations add columns the table does not have yet.
-        audit = MigrationExecutor(connection).loader.project_state(
-            ("mutations", "0006_audit_one_trigram_index")).apps.get_model("mutations", "AdmissionAudit")
+        audit = audit_model_at(("mutations", "0006_audit_one_trigram_index"))
         audit.objects.create(created_at="2026-12-02T10:00:00Z", request_uid="trgm", decision="mutated",
                              generate_name="qwen-7b-5d9f8b7c6d-")
         assert list(audit.objects.filter(generate_name__contains="5d9f8").values_list(
@@ -142,8 +146,7 @@ def test_0010_partitions_a_table_with_rows_and_keeps_every_row_id_and_count(monk
             cursor.execute("SELECT sum(admissions), sum(vgpu_memory_mib) FROM mutations_auditrollupdaily")
             assert cursor.fetchone() == (6, 16384 * (0 + 2 + 3 + 4 + 5 + 6))
         # The model as of 0010: later migrations add columns the table does not have yet.
-        audit_0010 = MigrationExecutor(connection).loader.project_state(
-            ("mutations", "0010_audit_partitioned_by_day")).apps.get_model("mutations", "AdmissionAudit")
+        audit_0010 = audit_model_at(("mutations", "0010_audit_partitioned_by_day"))
         new = audit_0010.objects.create(created_at=datetime(2026, 12, 2, 10, tzinfo=UTC), request_uid="after",
                                         decision="mutated")
         assert new.id > max(row[0] for row in rows)
@@ -170,8 +173,7 @@ def test_0014_compresses_the_detail_of_every_row_and_reads_it_back_the_same_and_
     before_0014 = ("mutations", "0013_audit_engine_inputs")
     try:
         migrate(before_0014)
-        audit_0013 = MigrationExecutor(connection).loader.project_state(before_0014).apps.get_model(
-            "mutations", "AdmissionAudit")
+        audit_0013 = audit_model_at(before_0014)
         details = {"patch": PATCH, "containers": [{"container": "vllm", "vgpu_number": 1, "tab": "a\tb\\c"}],
                    "resources_before": [{"container": "vllm", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
                    "warnings": ["preset llm-7b", "ünïcode ✓"]}
@@ -221,8 +223,7 @@ def test_0017_keeps_every_explanation_and_compresses_the_new_ones_and_reverses()
     before_0017 = ("mutations", "0016_audit_trigram_pending_list")
     try:
         migrate(before_0017)
-        audit_0016 = MigrationExecutor(connection).loader.project_state(before_0017).apps.get_model(
-            "mutations", "AdmissionAudit")
+        audit_0016 = audit_model_at(before_0017)
         audit_0016.objects.create(created_at=datetime(2026, 12, 2, tzinfo=UTC), request_uid="old-denied",
                                   decision="denied", explanation=EXPLANATION)
         audit_0016.objects.create(created_at=datetime(2026, 12, 2, tzinfo=UTC), request_uid="old-mutated",
