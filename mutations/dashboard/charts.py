@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.utils.html import escape
@@ -79,68 +80,83 @@ def _x_labels(buckets: list[datetime], bucket: str, x_of, y: float) -> list[str]
     return parts
 
 
-def stacked_bars(*, buckets: list[datetime], counts: list[dict[str, int]], bucket: str, title: str) -> SafeString:
-    """Admissions per hour or day, one bar per bucket, stacked by decision (denials and errors on top, loud)."""
+@dataclass(frozen=True)
+class _Frame:
+    """The plot area of a chart over `n` buckets: its height, the value at its top, each bucket's slot."""
+
+    plot_h: float
+    top: float
+    slot: float
+    n: int
+
+    @property
+    def bar_w(self) -> float:
+        return max(self.slot * 0.8, 1)
+
+    def x(self, i: int) -> float:
+        """The middle of bucket i's slot."""
+        return LEFT + i * self.slot + self.slot / 2
+
+    def bar_x(self, i: int) -> float:
+        return LEFT + i * self.slot + (self.slot - self.bar_w) / 2
+
+    def height(self, value: float) -> float:
+        return value / self.top * self.plot_h
+
+
+def _open(buckets: list[datetime], maximum: float, title: str, unit: str) -> tuple[_Frame, list[str]]:
+    """A chart's frame and its first parts: the SVG element with its title, and the axes scaled to `maximum`."""
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    maximum = max((sum(c.values()) for c in counts), default=0)
     ticks = nice_ticks(maximum)
-    top = ticks[-1] or 1
-    n = max(len(buckets), 1)
-    slot = plot_w / n
-    bar_w = max(slot * 0.8, 1)
+    frame = _Frame(plot_h=plot_h, top=ticks[-1] or 1, slot=plot_w / max(len(buckets), 1), n=max(len(buckets), 1))
     parts = [(f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
               f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>')]
-    parts += _axes(ticks, plot_w, plot_h, "admissions")
+    return frame, parts + _axes(ticks, plot_w, plot_h, unit)
+
+
+def _close(parts: list[str], frame: _Frame, buckets: list[datetime], bucket: str) -> SafeString:
+    parts += _x_labels(buckets, bucket, frame.x, TOP + frame.plot_h)
+    parts.append("</svg>")
+    return mark_safe("".join(parts))  # noqa: S308 - every text inside is escaped or a number
+
+
+def _when(moment: datetime, bucket: str) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M" if bucket == "hour" else "%Y-%m-%d")
+
+
+def stacked_bars(*, buckets: list[datetime], counts: list[dict[str, int]], bucket: str, title: str) -> SafeString:
+    """Admissions per hour or day, one bar per bucket, stacked by decision (denials and errors on top, loud)."""
+    frame, parts = _open(buckets, max((sum(c.values()) for c in counts), default=0), title, "admissions")
     for i, (moment, by_decision) in enumerate(zip(buckets, counts, strict=True)):
-        x = LEFT + i * slot + (slot - bar_w) / 2
-        y: float = TOP + plot_h
+        x, y = frame.bar_x(i), TOP + frame.plot_h
         for decision in DECISION_ORDER:
             value = by_decision.get(decision, 0)
             if not value:
                 continue
-            h = value / top * plot_h
+            h = frame.height(value)
             y -= h
-            when = moment.strftime("%Y-%m-%d %H:%M" if bucket == "hour" else "%Y-%m-%d")
             parts.append(
-                f'<rect class="bar {decision}" x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{max(h, 0.5):.1f}" '
-                f'fill="{DECISION_COLOURS[decision]}"><title>{when} UTC: {value} {decision}</title></rect>'
+                f'<rect class="bar {decision}" x="{x:.1f}" y="{y:.1f}" width="{frame.bar_w:.1f}" '
+                f'height="{max(h, 0.5):.1f}" fill="{DECISION_COLOURS[decision]}"><title>{_when(moment, bucket)} UTC: '
+                f'{value} {decision}</title></rect>'
             )
-    parts += _x_labels(buckets, bucket, lambda i: LEFT + i * slot + slot / 2, TOP + plot_h)
-    parts.append("</svg>")
-    return mark_safe("".join(parts))  # noqa: S308 - every text inside is escaped or a number
+    return _close(parts, frame, buckets, bucket)
 
 
 def area(*, buckets: list[datetime], values: list[float], bucket: str, title: str, unit: str) -> SafeString:
     """One quantity over time (e.g. vGPU memory granted) as a filled line."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    ticks = nice_ticks(max(values, default=0))
-    top = ticks[-1] or 1
-    n = max(len(buckets), 1)
-    slot = plot_w / n
-
-    def x_of(i: int) -> float:
-        return LEFT + i * slot + slot / 2
-
-    def y_of(v: float) -> float:
-        return TOP + plot_h - v / top * plot_h
-
-    points = [(x_of(i), y_of(v)) for i, v in enumerate(values)]
-    parts = [(f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
-              f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>')]
-    parts += _axes(ticks, plot_w, plot_h, unit)
+    frame, parts = _open(buckets, max(values, default=0), title, unit)
+    base = TOP + frame.plot_h
+    points = [(frame.x(i), base - frame.height(v)) for i, v in enumerate(values)]
     if points:
         line = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-        base = TOP + plot_h
         parts.append(f'<polygon class="area-fill" '
                      f'points="{points[0][0]:.1f},{base} {line} {points[-1][0]:.1f},{base}"/>')
         parts.append(f'<polyline class="area-line" points="{line}"/>')
         for (x, y), moment, v in zip(points, buckets, values, strict=True):
-            when = moment.strftime("%Y-%m-%d %H:%M" if bucket == "hour" else "%Y-%m-%d")
-            parts.append(f'<circle class="area-point" cx="{x:.1f}" cy="{y:.1f}" r="{2 if n > 60 else 3}">'
-                         f'<title>{when} UTC: {v:g} {escape(unit)}</title></circle>')
-    parts += _x_labels(buckets, bucket, x_of, TOP + plot_h)
-    parts.append("</svg>")
-    return mark_safe("".join(parts))  # noqa: S308 - every text inside is escaped or a number
+            parts.append(f'<circle class="area-point" cx="{x:.1f}" cy="{y:.1f}" r="{2 if frame.n > 60 else 3}">'
+                         f'<title>{_when(moment, bucket)} UTC: {v:g} {escape(unit)}</title></circle>')
+    return _close(parts, frame, buckets, bucket)
 
 
 # Colours of the series in a stacked chart by name (namespaces, presets), in order; the last is "other".
@@ -151,32 +167,21 @@ def series_bars(*, buckets: list[datetime], values: list[dict[str, float]], name
                 pods: list[dict[str, int]], bucket: str, title: str, unit: str) -> SafeString:
     """A quantity per bucket stacked by name (e.g. GiB granted per hour by namespace), each segment's title
     giving the value and the Pods behind it; colours by the name's place in `names` (SERIES_COLOURS)."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    ticks = nice_ticks(max((sum(v.values()) for v in values), default=0))
-    top = ticks[-1] or 1
-    n = max(len(buckets), 1)
-    slot = plot_w / n
-    bar_w = max(slot * 0.8, 1)
-    parts = [(f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
-              f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>')]
-    parts += _axes(ticks, plot_w, plot_h, unit)
+    frame, parts = _open(buckets, max((sum(v.values()) for v in values), default=0), title, unit)
     for i, (moment, by_name) in enumerate(zip(buckets, values, strict=True)):
-        x = LEFT + i * slot + (slot - bar_w) / 2
-        y: float = TOP + plot_h
-        when = moment.strftime("%Y-%m-%d %H:%M" if bucket == "hour" else "%Y-%m-%d")
+        x, y = frame.bar_x(i), TOP + frame.plot_h
+        when = _when(moment, bucket)
         for index, name in enumerate(names):
             value = by_name.get(name, 0)
             if not value:
                 continue
-            h = value / top * plot_h
+            h = frame.height(value)
             y -= h
             colour = SERIES_COLOURS[min(index, len(SERIES_COLOURS) - 1)]
             count = pods[i].get(name, 0)
             parts.append(
-                f'<rect class="bar series" x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{max(h, 0.5):.1f}" '
-                f'fill="{colour}"><title>{when} UTC: {escape(name or "(none)")} {value:g} {escape(unit)} '
-                f'({count} Pod{"s" if count != 1 else ""} converted)</title></rect>'
+                f'<rect class="bar series" x="{x:.1f}" y="{y:.1f}" width="{frame.bar_w:.1f}" '
+                f'height="{max(h, 0.5):.1f}" fill="{colour}"><title>{when} UTC: {escape(name or "(none)")} '
+                f'{value:g} {escape(unit)} ({count} Pod{"s" if count != 1 else ""} converted)</title></rect>'
             )
-    parts += _x_labels(buckets, bucket, lambda i: LEFT + i * slot + slot / 2, TOP + plot_h)
-    parts.append("</svg>")
-    return mark_safe("".join(parts))  # noqa: S308 - every text inside is escaped or a number
+    return _close(parts, frame, buckets, bucket)
