@@ -33,6 +33,11 @@ class StoredJSONField(models.JSONField):
         return value
 
 
+# An audit-only row whose Pod enforce would deny: the engine starts its reason with "would deny: " (the others
+# "would apply: "). The rehearsal, history's filters and the partial index audit_would_deny all read it so.
+WOULD_DENY_PREFIX = "would deny"
+WOULD_DENY_ROWS = models.Q(decision=Decision.AUDIT_ONLY.value, reason__startswith=WOULD_DENY_PREFIX)
+
 # Who may read the audit anywhere (admin, dashboard, CSV, API): staff with this permission.
 AUDIT_VIEW_PERMISSION = "mutations.view_admissionaudit"
 
@@ -135,7 +140,7 @@ class AdmissionAudit(models.Model):
             # window up to a bound (rehearsal.would_deny_count), and history filters them. Without it the
             # count read the window's rows by time, every one of them when there were fewer than the bound.
             models.Index(fields=["-created_at", "-id"], name="audit_would_deny",
-                         condition=models.Q(decision="audit-only", reason__startswith="would deny")),
+                         condition=WOULD_DENY_ROWS),
             # History free text on the Pod's name, WHERE pod_name LIKE '%term%' OR generate_name LIKE
             # '%term%', uses the trigram GIN index audit_pod_names_trgm on both columns (one bitmap scan
             # of it per column). Migrations 0002 and 0006 create it on PostgreSQL only and it is not
@@ -157,7 +162,7 @@ class AdmissionAudit(models.Model):
         """The decision as an operator reads it: an audit-only row is a rehearsal, "would deny" or "would apply"."""
         if self.decision != Decision.AUDIT_ONLY.value:
             return self.decision
-        return "would deny" if self.reason.startswith("would deny") else "would apply"
+        return "would deny" if self.reason.startswith(WOULD_DENY_PREFIX) else "would apply"
 
     @property
     def catalog_model(self) -> str | None:

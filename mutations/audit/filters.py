@@ -9,7 +9,7 @@ from django import forms
 from django.db.models import Q, QuerySet
 
 from ..engine import Decision
-from ..models import AdmissionAudit
+from ..models import WOULD_DENY_PREFIX, WOULD_DENY_ROWS, AdmissionAudit
 
 # Audit-only rows are rehearsals: what enforce would deny and what it would apply, told apart by the reason
 # the engine writes ("would deny: ..." / "would apply: ...").
@@ -59,9 +59,9 @@ class AuditFilter(django_filters.FilterSet):
     def filter_decision(self, queryset: QuerySet[AdmissionAudit], name: str, value: str) -> QuerySet[AdmissionAudit]:
         # The rehearsal filters read the decision index, then the reason's prefix of each audit-only row.
         if value == WOULD_DENY:
-            return queryset.filter(decision=Decision.AUDIT_ONLY.value, reason__startswith="would deny")
+            return queryset.filter(WOULD_DENY_ROWS)
         if value == WOULD_APPLY:
-            return queryset.filter(decision=Decision.AUDIT_ONLY.value).exclude(reason__startswith="would deny")
+            return queryset.filter(decision=Decision.AUDIT_ONLY.value).exclude(reason__startswith=WOULD_DENY_PREFIX)
         if value == PROBLEMS:
             return queryset.filter(decision__in=[Decision.DENIED.value, Decision.ERROR.value])
         return queryset.filter(decision=value)

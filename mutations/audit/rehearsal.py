@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from ..engine import Decision
 from ..engine.denial import RULES
-from ..models import AdmissionAudit
+from ..models import WOULD_DENY_PREFIX, WOULD_DENY_ROWS, AdmissionAudit
 
 REHEARSAL_DAYS = 7
 # Would-deny rows read to group them by the rule that would deny (the newest first): enough to rank the rules
@@ -24,7 +24,6 @@ REHEARSAL_DAYS = 7
 RULE_ROWS_READ = 2_000
 # Pods shown as examples under each rule.
 RULE_EXAMPLES = 3
-WOULD_DENY = Q(decision=Decision.AUDIT_ONLY.value, reason__startswith="would deny")
 # The overview counts rehearsed denials up to this many, then says "more than".
 COUNT_LIMIT = 10_000
 
@@ -62,14 +61,14 @@ def namespace_rehearsal(*, namespace: str, days: int = REHEARSAL_DAYS, now: date
     rows = AdmissionAudit.objects.filter(namespace=namespace, created_at__gte=since)
     audit_only = Q(decision=Decision.AUDIT_ONLY.value)
     totals = rows.aggregate(
-        would_deny=Count("id", filter=WOULD_DENY),
-        would_apply=Count("id", filter=audit_only & ~Q(reason__startswith="would deny")),
-        would_grant_mib=Sum("vgpu_memory_mib", filter=audit_only & ~Q(reason__startswith="would deny")),
+        would_deny=Count("id", filter=WOULD_DENY_ROWS),
+        would_apply=Count("id", filter=audit_only & ~Q(reason__startswith=WOULD_DENY_PREFIX)),
+        would_grant_mib=Sum("vgpu_memory_mib", filter=audit_only & ~Q(reason__startswith=WOULD_DENY_PREFIX)),
         denied=Count("id", filter=Q(decision=Decision.DENIED.value)),
         mutated=Count("id", filter=Q(decision=Decision.MUTATED.value)),
     )
     # What enforce would refuse, by the rule that would deny (each row's explanation lists every rule it breaks).
-    denials = list(rows.filter(WOULD_DENY).order_by("-created_at", "-id")
+    denials = list(rows.filter(WOULD_DENY_ROWS).order_by("-created_at", "-id")
                    .only("id", "created_at", "pod_name", "generate_name", "field", "explanation")[:RULE_ROWS_READ])
     policies = sorted(p for p in rows.order_by().values_list("policy_name", flat=True).distinct()[:20] if p)
     return Rehearsal(namespace=namespace, since=since, would_deny=totals["would_deny"] or 0,
@@ -115,5 +114,5 @@ def rules_of(rows: list[AdmissionAudit]) -> list[RuleDenials]:
 def would_deny_count(*, since: datetime, until: datetime, limit: int = COUNT_LIMIT) -> int:
     """Audit-only rows in the window that enforce would deny, counted up to `limit` + 1 (the partial index
     audit_would_deny: only those rows, the window's range of each day partition)."""
-    rows = AdmissionAudit.objects.filter(WOULD_DENY, created_at__gte=since, created_at__lte=until)
+    rows = AdmissionAudit.objects.filter(WOULD_DENY_ROWS, created_at__gte=since, created_at__lte=until)
     return rows.order_by()[: limit + 1].count()
