@@ -16,7 +16,7 @@ from injector_site.database import libpq_params
 from ..metrics import AUDIT_ROWS_WRITTEN
 from ..models import AdmissionAudit
 from .encoding import KINDS, TABLE, copy_text_value, row_decode
-from .partitions import ROLLUP_LOCK_KEY, audit_partitions_create
+from .partitions import ROLLUP_LOCK_KEY, audit_partitions_covering, audit_partitions_create
 
 if TYPE_CHECKING:  # psycopg is imported where it is used: the SQLite fallback runs without a connection
     import psycopg
@@ -36,13 +36,17 @@ def copy_rows(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple[str, .
     """Write COPY lines inside the caller's transaction; returns the rows added (replays are not).
 
     Under the rollup lock (partitions.ROLLUP_LOCK_KEY), which every audit write takes first: the
-    batch's uids are looked up among the rows within AUDIT_REPLAY_WINDOW of the batch's times (one or
-    two day partitions, through the uid index), and the lines whose uid is already there, or earlier
+    batch's uids are looked up in the partitions of the days within AUDIT_REPLAY_WINDOW of the batch's
+    times (one or two, and DEFAULT; through each one's uid index), and the lines whose uid is already there, or earlier
     in the batch, within that window of their own time, are left out. Holding the lock to the commit
     makes the check and the COPY one step for every writer of every replica. The table's trigger adds
     the rows to the rollups in the same transaction.
     """
-    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ROLLUP_LOCK_KEY])
+    # enable_seqscan off for the rest of this transaction, which plans nothing else that could want
+    # one: the uid lookup below must go through the uid index at any size of the day's partition.
+    # Before its first ANALYZE (autovacuum may be off, or behind a partition growing all day) the
+    # planner guesses 0.5 % of rows per uid, and scanned the whole partition for each batch instead.
+    cursor.execute("SELECT pg_advisory_xact_lock(%s), set_config('enable_seqscan', 'off', true)", [ROLLUP_LOCK_KEY])
     fresh = _without_replays(cursor, columns, lines)
     if not fresh:
         return 0
@@ -66,9 +70,10 @@ def _without_replays(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple
     if key is None:
         return lines
     uid_at, time_at = key
+    split_at = max(uid_at, time_at) + 1  # the row's first columns: the rest of the line is not split
     parsed: list[tuple[bytes, str, datetime | None]] = []
     for line in lines:
-        fields = line.rstrip(b"\n").split(b"\t")
+        fields = line.rstrip(b"\n").split(b"\t", split_at)
         try:
             uid = copy_text_value(fields[uid_at])
             moment = datetime.fromisoformat(copy_text_value(fields[time_at]))
@@ -79,14 +84,18 @@ def _without_replays(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple
     times = [moment for _, _, moment in parsed if moment is not None]
     if not times:
         return lines
-    cursor.execute(
-        f'SELECT request_uid, created_at FROM "{TABLE}" WHERE request_uid = ANY(%s) '
-        "AND created_at >= %s AND created_at <= %s",
-        [sorted({uid for _, uid, moment in parsed if moment is not None}),
-         min(times) - AUDIT_REPLAY_WINDOW, max(times) + AUDIT_REPLAY_WINDOW])
     seen: dict[str, list[datetime]] = {}
-    for uid, written_at in cursor.fetchall():
-        seen.setdefault(uid, []).append(written_at)
+    # Each partition of the window by the uid alone, through its uid index; the window is checked
+    # below. A condition on created_at would let the planner AND the time index in (it did when the
+    # day's statistics lagged behind it), reading every row of the window for each batch: PostgreSQL's
+    # CPU per row then grows with the day's rows (docs/audit-write-path.md, "Replays").
+    partitions = audit_partitions_covering(cursor, min(times) - AUDIT_REPLAY_WINDOW, max(times) + AUDIT_REPLAY_WINDOW)
+    if partitions:
+        cursor.execute(" UNION ALL ".join(f'SELECT request_uid, created_at FROM "{name}" WHERE request_uid = ANY(%s)'
+                                          for name in partitions),
+                       [sorted({uid for _, uid, moment in parsed if moment is not None})] * len(partitions))
+        for uid, written_at in cursor.fetchall():
+            seen.setdefault(uid, []).append(written_at)
     fresh = []
     for line, uid, at in parsed:
         if at is not None:

@@ -53,6 +53,22 @@ def audit_partition_days(cursor: Any) -> list[date]:
     return sorted(days)
 
 
+def audit_partitions_covering(cursor: Any, low: datetime, high: datetime) -> list[str]:
+    """The partitions that can hold rows from `low` to `high`: those days' partitions that exist, and DEFAULT.
+
+    For lookups that must not be planned across the parent: a condition on created_at there lets
+    the planner combine the time index with another, which reads every row of the window.
+    """
+    day, last = low.astimezone(UTC).date(), high.astimezone(UTC).date()
+    names = []
+    while day <= last:
+        names.append(partition_name(day))
+        day += timedelta(days=1)
+    cursor.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                   "WHERE i.inhparent = %s::regclass AND c.relname = ANY(%s)", [TABLE, names + [DEFAULT_PARTITION]])
+    return sorted(name for (name,) in cursor.fetchall())
+
+
 def audit_partitions_create(cursor: Any, *, days_behind: int = DAYS_BEHIND, days_ahead: int = DAYS_AHEAD,
                             today: date | None = None, lock_timeout_ms: int | None = None) -> list[date]:
     """Create the missing day partitions from `days_behind` days before today to `days_ahead` after; returns them.
