@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -16,7 +17,14 @@ from typing import Any, TypeAlias
 import orjson
 from django.db.models import BooleanField, JSONField
 
-from ..compression import CompressedJSONField, detail_compress, detail_decompress, json_bytes
+from ..compression import (
+    MEMO_ENTRIES,
+    MEMO_MAX_BYTES,
+    CompressedJSONField,
+    detail_compress,
+    detail_decompress,
+    json_bytes,
+)
 from ..models import AdmissionAudit
 
 HEADER_PREFIX = b"#volcano-injector audit rows v3, PostgreSQL COPY text format, columns: "
@@ -131,14 +139,60 @@ def field_text(column: Column, value: object) -> str:
     return text.translate(_COPY_ESCAPES) if _COPY_SPECIAL.search(text) else text
 
 
+def _text_encoder(limit: int | None) -> Callable[[object], str]:
+    def encode(value: object) -> str:
+        if value is None:
+            return "\\N"
+        text = value if isinstance(value, str) else str(value)
+        if limit is not None and len(text) > limit:
+            text = text[:limit]
+        return text.translate(_COPY_ESCAPES) if _COPY_SPECIAL.search(text) else text
+
+    return encode
+
+
+def _compressed_encoder(column: Column) -> Callable[[object], str]:
+    # The field's text, remembered for the values seen lately (the replicas of a Deployment send the
+    # same containers, patch, resources and warnings): no compression, hex or join for those.
+    memo: dict[bytes, str] = {}
+
+    def encode(value: object) -> str:
+        if value is None:
+            return "\\N"
+        data = json_bytes(value)
+        text = memo.get(data)
+        if text is None:
+            text = field_text(column, value)
+            if len(data) <= MEMO_MAX_BYTES:
+                if len(memo) >= MEMO_ENTRIES:
+                    memo.clear()
+                memo[data] = text
+        return text
+
+    return encode
+
+
+def _column_encoder(column: Column) -> Callable[[object], str]:
+    """field_text for one column, with the column's kind decided once (row_encode is on the request path)."""
+    if column.kind == "text":
+        return _text_encoder(column.limit)
+    if column.kind == "compressed":
+        return _compressed_encoder(column)
+    return lambda value: field_text(column, value)
+
+
+_ENCODERS = tuple((c.name, c.default, _column_encoder(c)) for c in TABLE_COLUMNS)
+
+
 def row_encode(record: AuditRecord) -> bytes:
     """One COPY text line for HEADER's columns: strings cut to their column, no NUL, valid UTF-8.
 
     A field missing from the record takes the model field's default. Lone surrogates (legal in
-    Python strings parsed from JSON, not in UTF-8) become "?".
+    Python strings parsed from JSON, not in UTF-8) become "?". Each field is field_text's.
     """
-    fields = [field_text(c, record.get(c.name, c.default)) for c in TABLE_COLUMNS]
-    return ("\t".join(fields) + "\n").encode("utf-8", "replace")
+    get = record.get
+    return ("\t".join([encode(get(name, default)) for name, default, encode in _ENCODERS]) + "\n").encode(
+        "utf-8", "replace")
 
 
 def copy_text_value(raw: bytes) -> str:
