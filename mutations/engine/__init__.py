@@ -11,7 +11,7 @@ from .inference import catalog_mark, model_key, serving_size
 from .inputs import pod_from_inputs, pod_inputs
 from .jsonpatch import make_patch
 from .memory import Knobs, LanguageModelSpec, Need, catalog_need
-from .mutate import mutate_pod
+from .mutate import mutate_pod, pod_verdict
 from .quantity import QuantityError, format_quantity, parse_quantity
 from .serving import ServingCommand, serving_command_read
 from .sizing import estimate_model_vram_mib
@@ -26,6 +26,7 @@ from .specs import (
     Mode,
     MutationContext,
     MutationResult,
+    PodVerdict,
     PolicySpec,
     PresetSpec,
     ResourceDefaults,
@@ -37,9 +38,10 @@ from .specs import (
 __all__ = [
     "ANN_PRESET", "ANN_SKIP", "BUILTIN_POLICY", "GPU_RESOURCE",
     "AdmissionRequest", "BadReview", "Catalog", "ContainerGrant", "Decision", "Denial", "GpuModelSpec", "JsonObject",
-    "Knobs", "LanguageModelSpec", "Mode", "MutationContext", "MutationResult", "Need", "PolicySpec", "PresetSpec",
+    "Knobs", "LanguageModelSpec", "Mode", "MutationContext", "MutationResult", "Need", "PodVerdict", "PolicySpec",
+    "PresetSpec",
     "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand",
     "catalog_mark", "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",
-    "model_key", "mutate_pod", "serving_command_read", "serving_size",
+    "model_key", "mutate_pod", "pod_verdict", "serving_command_read", "serving_size",
     "parse_quantity", "parse_review", "pod_from_inputs", "pod_inputs", "review_response", "select_policy",
 ]

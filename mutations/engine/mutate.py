@@ -7,6 +7,11 @@ namespace policy's checks (checks.py), its Volcano queue and PriorityClass (sche
 records what it applied in
 `volcano-injector.io/applied-*` annotations. Its own output, fed back, is returned unchanged
 (the webhook is registered with reinvocationPolicy: IfNeeded).
+
+`pod_verdict(pod, ctx)` gives the same decision, reason, preset and grants without the Pod to admit: it
+takes the same steps (every check that can deny) but leaves out what only shapes the admitted Pod and its
+warnings (the applied-* annotations, the GPU model pin, budget notes, the conversion's own warnings). The
+impact report (mutations/impact) replays audited admissions with it; tests hold the two to the same answers.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from .specs import (
     Mode,
     MutationContext,
     MutationResult,
+    PodVerdict,
     SchedulerScope,
 )
 
@@ -53,6 +59,18 @@ _Fallback = TypeVar("_Fallback", bound="int | None")
 
 def mutate_pod(pod: JsonObject, ctx: MutationContext) -> MutationResult:
     """Decide what the Pod becomes under the namespace's policy; never edits `pod`."""
+    return _decide(pod, ctx, admit=True)
+
+
+def pod_verdict(pod: JsonObject, ctx: MutationContext) -> PodVerdict:
+    """mutate_pod's decision, reason, preset and grants for the Pod, without building the Pod to admit."""
+    result = _decide(pod, ctx, admit=False)
+    return PodVerdict(result.decision, result.reason, result.policy, result.preset, result.source, result.grants,
+                      result.field)
+
+
+def _decide(pod: JsonObject, ctx: MutationContext, admit: bool) -> MutationResult:
+    """mutate_pod; with `admit=False` the result's Pod is only as far along as deciding needed (pod_verdict)."""
     policy = ctx.policy
     if not isinstance(pod, dict):
         return _denied(pod, ctx, Denial("object", "the object is not a Pod (expected a JSON object)"))
@@ -77,7 +95,7 @@ def mutate_pod(pod: JsonObject, ctx: MutationContext) -> MutationResult:
                 if any(asks_for_gpu(c) or VGPU_NUMBER in resource_map(c, "limits") for c in containers):
                     privileged_check(spec=spec, containers=containers, policy=policy)
             return MutationResult(Decision.SKIPPED, pod, f"{ANN_SKIP} is true", policy.namespace)
-        return _Mutation(pod, ctx, annotations).run()
+        return _Mutation(pod, ctx, annotations, admit).run()
     except Denial as denial:
         return _denied(pod, ctx, denial)
 
@@ -98,8 +116,11 @@ def _denied(pod: object, ctx: MutationContext, denial: Denial) -> MutationResult
 
 
 class _Mutation:
-    def __init__(self, original: JsonObject, ctx: MutationContext, annotations: JsonObject):
+    def __init__(self, original: JsonObject, ctx: MutationContext, annotations: JsonObject, admit: bool = True):
         self.original = original
+        # False: only the verdict is wanted (pod_verdict), so the steps that only shape the admitted Pod or its
+        # warnings are left out. Everything that can deny, and every write a later check reads, still runs.
+        self.admit = admit
         self.pod = working_copy(original)
         self.ctx = ctx
         self.policy = ctx.policy
@@ -137,11 +158,13 @@ class _Mutation:
             defaults = sizing.resources if sizing else self.policy.resources
             for container in gpu_containers:
                 cpu_memory_fill(container=container, defaults=defaults, warnings=self.warnings)
-            budget_notes(gpu_containers=gpu_containers, policy=self.policy, warnings=self.warnings)
+            if self.admit:
+                budget_notes(gpu_containers=gpu_containers, policy=self.policy, warnings=self.warnings)
         if is_gpu_pod or self.policy.scheduler_scope is SchedulerScope.ALL_PODS:
             self._set_scheduler(spec)
             self._schedule(spec, sizing)
-        if sizing and self.grants:
+        if sizing and self.grants and self.admit:
+            # Annotations only: the Pod differs from the original already (a container lost nvidia.com/gpu).
             self._pin_gpu_model(sizing)
             self._annotate(sizing)
         return self._result(sizing)
@@ -205,6 +228,8 @@ class _Mutation:
                            granted_memory, granted_cores,
                            sizing.serving_explanation if container.name == sizing.serving_container else None)
         )
+        if not self.admit:
+            return
         cores_text = f", {granted_cores}% cores" if granted_cores is not None else ""
         self.warnings.append(
             f"container {container.name!r}: {GPU_RESOURCE}: {format(count.normalize(), 'f')} became "

@@ -272,3 +272,17 @@ class MutationResult:
     @property
     def allowed(self) -> bool:
         return self.decision is not Decision.DENIED
+
+
+@dataclass(frozen=True)
+class PodVerdict:
+    """The engine's answer without the Pod it would admit (mutate.pod_verdict): the decision, why, the preset
+    and each container's grant, as mutate_pod gives them."""
+
+    decision: Decision
+    reason: str
+    policy: str
+    preset: str | None = None
+    source: str | None = None
+    grants: tuple[ContainerGrant, ...] = ()
+    field: str | None = None
