@@ -17,19 +17,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from typing import Any, cast
 
 import orjson
 from django.utils import timezone
 
-from ..audit.admissions import AdmissionInputs, admission_inputs_count, admission_inputs_since
+from ..audit.admissions import AdmissionInputs, admission_inputs_count, admission_inputs_since, admission_names
 from ..engine import (
     Catalog,
     Decision,
     MutationContext,
     PolicySpec,
-    mutate_pod,
     pod_from_inputs,
+    pod_verdict,
 )
 from ..engine.reads import CatalogComparison, CatalogReads
 
@@ -52,7 +53,7 @@ class Outcome:
     def allowed(self) -> bool:
         return self.decision not in (Decision.DENIED.value, Decision.ERROR.value)
 
-    @property
+    @cached_property  # read once per row replayed; Outcomes are shared between rows (_Outcomes)
     def granted_mib(self) -> int:
         """MiB the Pod is given (an audit-only namespace's "would apply" gives none)."""
         if self.decision != Decision.MUTATED.value:
@@ -99,20 +100,36 @@ class ImpactReport:
                 "namespaces": per_namespace, "examples": self.examples, "seconds": round(self.seconds, 3)}
 
 
-def outcome_of(pod: dict, namespace: str, catalog: Catalog, policy: PolicySpec) -> Outcome:
-    """The engine's decision for a Pod under a Catalog."""
-    result = mutate_pod(pod, MutationContext(namespace=namespace, policy=policy, catalog=catalog))
-    return Outcome(decision=result.decision.value, reason=result.reason, preset=result.preset,
-                   grants=tuple((g.container, g.init, g.vgpu_number, g.vgpu_memory_mib or 0, g.vgpu_cores_percent)
-                                for g in result.grants))
+Grant = tuple[str, bool, int, int, "int | None"]
 
 
-def recorded_outcome(decision: str, reason: str, preset: str, grants_text: str) -> Outcome:
-    """What an audit row says the Pod got (its `containers` are the engine's grants, as_dict)."""
-    grants = orjson.loads(grants_text or "[]")
-    return Outcome(decision=decision, reason=reason, preset=preset or None,
-                   grants=tuple((g["container"], g["init"], g["vgpu_number"], g["vgpu_memory_mib"] or 0,
-                                 g["vgpu_cores_percent"]) for g in grants))
+class _Outcomes:
+    """One Outcome object per distinct outcome: most Pods of a replay share a handful, so rows share the
+    objects (and their granted_mib), and equal answers are the same object (`is` says they agree)."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str, str, str | None, tuple[Grant, ...]], Outcome] = {}
+
+    def get(self, decision: str, reason: str, preset: str | None, grants: tuple[Grant, ...]) -> Outcome:
+        key = (decision, reason, preset, grants)
+        found = self._found.get(key)
+        if found is None:
+            found = self._found[key] = Outcome(decision, reason, preset, grants)
+        return found
+
+    def decided(self, pod: dict, namespace: str, catalog: Catalog, policy: PolicySpec) -> Outcome:
+        """The engine's decision for a Pod under a Catalog (pod_verdict: mutate_pod's, without the Pod)."""
+        verdict = pod_verdict(pod, MutationContext(namespace=namespace, policy=policy, catalog=catalog))
+        return self.get(verdict.decision.value, verdict.reason, verdict.preset,
+                        tuple((g.container, g.init, g.vgpu_number, g.vgpu_memory_mib or 0, g.vgpu_cores_percent)
+                              for g in verdict.grants))
+
+    def recorded(self, decision: str, reason: str, preset: str, grants_text: str) -> Outcome:
+        """What an audit row says the Pod got (its `containers` are the engine's grants, as_dict)."""
+        grants = orjson.loads(grants_text or "[]")
+        return self.get(decision, reason, preset or None,
+                        tuple((g["container"], g["init"], g["vgpu_number"], g["vgpu_memory_mib"] or 0,
+                               g["vgpu_cores_percent"]) for g in grants))
 
 
 def impact_count(*, days: int, limit: int) -> int:
@@ -143,19 +160,26 @@ PARALLEL_MIN_PODS = 4_000
 class _Decider:
     """Decides distinct Pods under `before` (where a row needs it) and under `after`, timing what it does."""
 
-    def __init__(self, before: Catalog, after: Catalog, prune: bool):
+    def __init__(self, before: Catalog, after: Catalog, prune: bool, outcomes: _Outcomes):
         self.before, self.after, self.prune = before, after, prune
         self.comparison = CatalogComparison(before, after)
         self.reading = CatalogReads(before)
+        self.outcomes = outcomes
         self.runs = 0
         self.rebuild_seconds = self.engine_seconds = 0.0
+        # The containers' JSON, parsed once per distinct text: Pods share a few (the engine never edits them).
+        self._containers: dict[str, list] = {}
 
     def decide(self, key: Key, need_before: bool) -> tuple[Outcome | None, Outcome]:
         clock = time.perf_counter
         started = clock()
         namespace = key[0]
-        pod = pod_from_inputs(namespace=namespace, inputs=orjson.loads(key[1]), containers=orjson.loads(key[2]))
+        containers = self._containers.get(key[2])
+        if containers is None:
+            containers = self._containers[key[2]] = orjson.loads(key[2])
+        pod = pod_from_inputs(namespace=namespace, inputs=orjson.loads(key[1]), containers=containers)
         rebuilt = clock()
+        outcome_of = self.outcomes.decided
         self.rebuild_seconds += rebuilt - started
         policy_before, policy_after = self.comparison.policies(namespace)
         was = None
@@ -181,20 +205,34 @@ def _outcome_json(outcome: Outcome) -> list:
 
 def _fork_decider(decider: _Decider, work: list[tuple[Key, bool]]) -> tuple[int, int]:
     """Fork a child that decides `work` and writes its answers as JSON to a pipe, then exits at once (no
-    atexit, no flush of what the parent's threads hold); (its pid, the pipe's reading end)."""
+    atexit, no flush of what the parent's threads hold); (its pid, the pipe's reading end).
+
+    The answers are two numbers per Pod, each the index of an outcome in a list of the distinct ones (-1: none;
+    the second -2: the same as the first), so the parent reads a few outcomes, not one per Pod."""
     reading, writing = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: the engine only (no database, no logging), then _exit whatever happens
         status = 1
         try:
             os.close(reading)
-            answers = []
+            outcomes: list[list] = []
+            index: dict[int, int] = {}  # id() of a distinct outcome (_Outcomes shares them): its place in outcomes
+
+            def place(outcome: Outcome | None) -> int:
+                if outcome is None:
+                    return -1
+                found = index.get(id(outcome))
+                if found is None:
+                    found = index[id(outcome)] = len(outcomes)
+                    outcomes.append(_outcome_json(outcome))
+                return found
+
+            answers: list[int] = []
             for key, need_before in work:
                 was, will = decider.decide(key, need_before)
-                answers.append([None if was is None else _outcome_json(was),
-                                None if will is was else _outcome_json(will)])
-            data = orjson.dumps({"answers": answers, "runs": decider.runs, "rebuild": decider.rebuild_seconds,
-                                 "engine": decider.engine_seconds})
+                answers += (place(was), -2 if will is was else place(will))
+            data = orjson.dumps({"outcomes": outcomes, "answers": answers, "runs": decider.runs,
+                                 "rebuild": decider.rebuild_seconds, "engine": decider.engine_seconds})
             view = memoryview(data)
             while view:
                 view = view[os.write(writing, view):]
@@ -233,10 +271,12 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
     seconds = report.phase_seconds
     for phase in ("fetch", "decode", "rebuild", "engine", "merge"):
         seconds[phase] = 0.0
-    rows = list(admission_inputs_since(since=timezone.now() - timedelta(days=days), limit=limit, seconds=seconds))
     # The distinct Pods, in order of first appearance, and whether a row needs today's answer computed: a row
-    # decided under today's version says itself what today's configuration gives.
+    # decided under today's version says itself what today's configuration gives (only those rows' grants
+    # are read).
     today = before.version
+    rows = list(admission_inputs_since(since=timezone.now() - timedelta(days=days), limit=limit,
+                                       grants_version=today if today > 0 else None, seconds=seconds))
 
     def recorded_usable(row: AdmissionInputs) -> bool:
         return row.config_version == today and today > 0 and row.decision != Decision.ERROR.value
@@ -246,7 +286,8 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
         key = (row.namespace, row.inputs, row.resources_before)
         need_before[key] = need_before.get(key, False) or not recorded_usable(row)
     work = list(need_before.items())
-    decider = _Decider(before, after, prune)
+    outcomes = _Outcomes()
+    decider = _Decider(before, after, prune, outcomes)
     answers: dict[Key, tuple[Outcome | None, Outcome]] = {}
     own, theirs = work, []
     child: tuple[int, int] | None = None
@@ -276,12 +317,15 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
     if found is not None:
         seconds["worker_rebuild"], seconds["worker_engine"] = found["rebuild"], found["engine"]
 
-        def outcome(values: list) -> Outcome:
-            return Outcome(values[0], values[1], values[2], tuple(tuple(grant) for grant in values[3]))
-
-        for (key, _), (was_values, will_values) in zip(theirs, found["answers"], strict=True):
-            was = outcome(was_values) if was_values is not None else None
-            answers[key] = (was, outcome(will_values) if will_values is not None else cast(Outcome, was))
+        told = [outcomes.get(values[0], values[1], values[2], tuple(tuple(grant) for grant in values[3]))
+                for values in found["outcomes"]]
+        pairs = found["answers"]
+        if len(pairs) != 2 * len(theirs):
+            raise AssertionError("the second process answered for other Pods than its share")
+        for number, (key, _) in enumerate(theirs):
+            was_index, will_index = pairs[2 * number], pairs[2 * number + 1]
+            was = told[was_index] if was_index >= 0 else None
+            answers[key] = (was, cast(Outcome, was) if will_index == -2 else told[will_index])
         decider.runs += found["runs"]
     else:
         for key, need in theirs:  # no child, or it failed: decide its share here
@@ -289,6 +333,7 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
     report.engine_runs = decider.runs
     seconds["rebuild"], seconds["engine"] = decider.rebuild_seconds, decider.engine_seconds
     recorded: dict[tuple[str, str, str, str], Outcome] = {}
+    mib_before, mib_after = report.mib_before, report.mib_after
     for row in rows:
         namespace = row.namespace
         decided_was, will = answers[(namespace, row.inputs, row.resources_before)]
@@ -296,20 +341,23 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
             said = (row.decision, row.reason, row.preset_name, row.grants)
             was = recorded.get(said)
             if was is None:
-                was = recorded[said] = recorded_outcome(*said)
+                was = recorded[said] = outcomes.recorded(*said)
         else:
             was = cast(Outcome, decided_was)
-        report.admissions += 1
-        report.mib_before[namespace] = report.mib_before.get(namespace, 0) + was.granted_mib
-        report.mib_after[namespace] = report.mib_after.get(namespace, 0) + will.granted_mib
+        mib_before[namespace] = mib_before.get(namespace, 0) + was.granted_mib
+        mib_after[namespace] = mib_after.get(namespace, 0) + will.granted_mib
         if was is not will and (was.decision, was.grants) != (will.decision, will.grants):
             report.changed += 1
             report.now_denied += was.allowed and not will.allowed
             report.now_allowed += will.allowed and not was.allowed
             if len(report.examples) < examples:
-                report.examples.append({"audit_id": row.id, "namespace": namespace,
-                                        "pod": row.pod_name or row.generate_name, "before": was.as_dict(),
-                                        "after": will.as_dict()})
+                report.examples.append({"audit_id": row.id, "namespace": namespace, "pod": "",
+                                        "before": was.as_dict(), "after": will.as_dict()})
+    report.admissions = len(rows)
+    if report.examples:
+        names = admission_names(ids=[example["audit_id"] for example in report.examples])
+        for example in report.examples:
+            example["pod"] = names.get(example["audit_id"], "")
     report.distinct_pods = len(work)
     report.seconds = time.perf_counter() - started
     seconds["report"] = report.seconds - sum(v for k, v in seconds.items() if not k.startswith("worker_"))

@@ -101,7 +101,8 @@ def test_the_report_equals_the_engine_rerun_pod_by_pod(api, admitted):
     assert {n["namespace"]: (n["mib_before"], n["mib_after"]) for n in report["namespaces"]} == want["per_namespace"]
     assert want["changed"] >= 5 and want["now_denied"] >= 1  # team-c's 40000 MiB cap now refuses 7B Pods
     example = report["examples"][0]
-    assert AdmissionAudit.objects.filter(pk=example["audit_id"], namespace=example["namespace"]).exists()
+    row = AdmissionAudit.objects.get(pk=example["audit_id"], namespace=example["namespace"])
+    assert example["pod"] == (row.pod_name or row.generate_name) != ""
     assert ObjectChange.objects.count() == changes_before and Preset.objects.get(pk=preset.pk).vgpu_memory_mib != 40960
 
 
