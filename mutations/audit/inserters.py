@@ -91,9 +91,10 @@ def _without_replays(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple
     # CPU per row then grows with the day's rows (docs/audit-write-path.md, "Replays").
     partitions = audit_partitions_covering(cursor, min(times) - AUDIT_REPLAY_WINDOW, max(times) + AUDIT_REPLAY_WINDOW)
     if partitions:
-        cursor.execute(" UNION ALL ".join(f'SELECT request_uid, created_at FROM "{name}" WHERE request_uid = ANY(%s)'
+        # One parameter named in each part: the uid array is sent once.
+        cursor.execute(" UNION ALL ".join(f'SELECT request_uid, created_at FROM "{name}" WHERE request_uid = ANY(%(uids)s)'
                                           for name in partitions),
-                       [sorted({uid for _, uid, moment in parsed if moment is not None})] * len(partitions))
+                       {"uids": sorted({uid for _, uid, moment in parsed if moment is not None})})
         for uid, written_at in cursor.fetchall():
             seen.setdefault(uid, []).append(written_at)
     fresh = []
