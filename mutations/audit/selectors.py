@@ -1,11 +1,16 @@
 """Reading audit rows: history pages (keyset), their bounded counts (never a COUNT(*) of the table), one admission,
-the overview's aggregates."""
+the overview's aggregates.
+
+Longer than 400 lines because the history's pages, its bounded word search and its counts share the filters,
+the day windows and the time budget; the overview (its own section at the end) is the seam to split next.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,10 +51,14 @@ class FilterError(ValueError):
 
 def audit_list(*, filters: dict[str, str] | None = None) -> QuerySet[AdmissionAudit]:
     """Audit rows matching the history filters (namespace, decision, preset, user, since, until, q)."""
+    return _filtered(filters).qs
+
+
+def _filtered(filters: dict[str, str] | None) -> AuditFilter:
     filterset = AuditFilter(filters or {}, queryset=AdmissionAudit.objects.all())
     if not filterset.is_valid():
         raise FilterError(filterset.errors)
-    return filterset.qs
+    return filterset
 
 
 def audit_get(*, audit_id: int, day: date | None = None) -> AdmissionAudit:
@@ -75,6 +84,10 @@ class AuditPage:
     sort: str
     next_cursor: str | None
     previous_cursor: str | None
+    # The search (a filter no index serves, under a time budget) stopped before it filled the page: the rows
+    # are all that match from `searched_since` on (newest first), or from the cursor on when it is None.
+    cut: bool = False
+    searched_since: datetime | None = None
 
 
 def _sort_checked(sort: str) -> str:
@@ -89,13 +102,17 @@ def _order(field_name: str, *, descending: bool) -> list[str]:
 
 
 def audit_page(*, filters: dict[str, str] | None = None, sort: str = DEFAULT_SORT, after: str | None = None,
-               before: str | None = None, size: int | None = None) -> AuditPage:
-    """A page of filtered history in `sort` order, after or before a cursor: n+1 rows fetched, nothing counted."""
+               before: str | None = None, size: int | None = None, budget_ms: int | None = None) -> AuditPage:
+    """A page of filtered history in `sort` order, after or before a cursor: n+1 rows fetched, nothing counted.
+
+    With `budget_ms`, a filter no index serves (SCAN_FILTERS) is searched for that long at most (_scanned_rows).
+    """
     size = size or PAGE_SIZE
     _sort_checked(sort)
     field_name = sort.lstrip("-")
     descending = sort.startswith("-")
-    queryset = audit_list(filters=filters).only(*LIST_FIELDS)
+    filterset = _filtered(filters)
+    queryset = filterset.qs.only(*LIST_FIELDS)
     backwards = bool(before) and not after
     token = before if backwards else after
     cursor = _cursor_decode(token, field_name) if token else None
@@ -109,8 +126,23 @@ def audit_page(*, filters: dict[str, str] | None = None, sort: str = DEFAULT_SOR
         else:
             queryset = queryset.filter(Q(**{f"{field_name}__gte": value}),
                                        Q(**{f"{field_name}__gt": value}) | Q(id__gt=last_id))
-    rows = _page_rows(queryset, field_name=field_name, descending=walk_descending, size=size,
-                      anchor=cursor[0] if cursor is not None else None)
+    anchor = cursor[0] if cursor is not None else None
+    cut, searched_since = False, None
+    if budget_ms is not None and any(filterset.form.cleaned_data.get(name) for name in SCAN_FILTERS):
+        if field_name == "created_at" and walk_descending:
+            until = filterset.form.cleaned_data.get("until")
+            start = anchor if isinstance(anchor, datetime) else min(filter(None, [timezone.now(), until]))
+            rows, searched_since = _scanned_rows(queryset, size=size, start=start, budget_ms=budget_ms)
+            cut = searched_since is not None
+        else:  # another order, or backwards: one statement, in time or not at all
+            try:
+                with time_budget(budget_ms):
+                    rows = _page_rows(queryset, field_name=field_name, descending=walk_descending, size=size,
+                                      anchor=anchor)
+            except OutOfTime:
+                rows, cut = [], True
+    else:
+        rows = _page_rows(queryset, field_name=field_name, descending=walk_descending, size=size, anchor=anchor)
     more = len(rows) > size
     rows = rows[:size]
     if backwards:
@@ -120,7 +152,8 @@ def audit_page(*, filters: dict[str, str] | None = None, sort: str = DEFAULT_SOR
     else:
         next_cursor = cursor_encode(rows[-1], field_name) if (rows and more) else None
         previous_cursor = cursor_encode(rows[0], field_name) if (rows and cursor is not None) else None
-    return AuditPage(rows=rows, sort=sort, next_cursor=next_cursor, previous_cursor=previous_cursor)
+    return AuditPage(rows=rows, sort=sort, next_cursor=next_cursor, previous_cursor=previous_cursor, cut=cut,
+                     searched_since=searched_since)
 
 
 # A page in time order reads the newest day first, then a week, five weeks, and only then every day kept:
@@ -149,34 +182,96 @@ def _page_rows(queryset: QuerySet[AdmissionAudit], *, field_name: str, descendin
     return rows
 
 
-# History counts the rows that match up to COUNT_LIMIT, then says "more than" (a COUNT over a LIMITed
-# subquery: it reads at most COUNT_LIMIT + 1 index entries or rows, never the whole table), and gives up
-# after COUNT_BUDGET_MS: an unindexed filter (words of the reason, a * pattern) can read every row of the
-# table to find a few thousand matches, and the page must stay fast. The page then says what it saw.
-COUNT_LIMIT = 10_000
-COUNT_BUDGET_MS = 250
+# Filters no index serves: the words of the reason are found by reading rows in time order, every row kept
+# when nothing matches (1.5 s at 1,000,000 rows, 30 s at 20,000,000). With a budget a page reads slices of
+# time, newest first, reaching twice as far back each time (1 h, 2 h, 4 h, ... then every older day): each
+# row once, one or a few partitions each; it stops when the page is full or the time is up, and says how far
+# back it searched (a slice cut short is lost: at most half of the time spent).
+SCAN_FILTERS = ("reason",)
+SCAN_FIRST_SLICE = timedelta(hours=1)
+SCAN_SLICES = 10  # back to 512 h (21 days) from the start, then the eleventh slice is every older day
+HISTORY_SEARCH_BUDGET_MS = 200
+
+
+def _scanned_rows(queryset: QuerySet[AdmissionAudit], *, size: int, start: datetime,
+                  budget_ms: int) -> tuple[list[AdmissionAudit], datetime | None]:
+    """size + 1 rows newest first from `start` (the first slice also takes any newer rows the queryset allows),
+    and None, or fewer and the time back to which every row was read when `budget_ms` ran out."""
+    deadline = time.monotonic() + budget_ms / 1000
+    rows: list[AdmissionAudit] = []
+    newer: datetime | None = None
+    width = SCAN_FIRST_SLICE
+    for i in range(SCAN_SLICES + 1):
+        older = start - width if i < SCAN_SLICES else None
+        time_slice = queryset
+        if older is not None:
+            time_slice = time_slice.filter(created_at__gte=older)
+        if newer is not None:
+            time_slice = time_slice.filter(created_at__lt=newer)
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms < 1:
+            return rows, newer or start
+        try:
+            with time_budget(left_ms):
+                rows += time_slice.order_by("-created_at", "-id")[: size + 1 - len(rows)]
+        except OutOfTime:
+            return rows, newer or start
+        if len(rows) > size:
+            break
+        newer, width = older, width * 2
+    return rows, None
+
+
+# History counts the rows that match up to COUNT_LIMIT (20 pages), then says "more than": a COUNT over a
+# LIMITed subquery reads at most COUNT_LIMIT + 1 index entries or rows, never the whole table. It counts the
+# newest day first, then the rest of the week, of five weeks, then the older days (PAGE_WINDOWS, disjoint):
+# a filter that matches often reaches the limit in one day partition, planned and read alone, instead of
+# planning all of them. All of it within COUNT_BUDGET_MS: a filter no index serves (words of the reason, a
+# decision over a large cluster's day) reads rows by the thousand to find a few, and the count must not cost
+# more than the page it describes (docs/observability.md has the numbers). Out of time, the page says how
+# many it counted in the newest days, or only that it did not count.
+COUNT_LIMIT = 1_000
+COUNT_BUDGET_MS = 15
 # PostgreSQL's SQLSTATE for a statement cancelled by statement_timeout (query_canceled).
 _QUERY_CANCELED = "57014"
 
 
 @dataclass(frozen=True)
 class MatchCount:
-    """How many audit rows match some filters: `n` exactly, or more than `n` when `more`."""
+    """How many audit rows match some filters: `n` exactly, or more than `n` when `more`; at least `n` when
+    counting stopped at `since` for lack of time (the rows before it were not counted)."""
 
     n: int
     more: bool
+    since: datetime | None = None
 
 
 def audit_count(*, filters: dict[str, str] | None = None, limit: int | None = None,
-                budget_ms: int | None = None) -> MatchCount | None:
-    """The rows matching the history filters, counted up to `limit` (COUNT_LIMIT; then "more than"); None when
-    counting would take longer than `budget_ms` (COUNT_BUDGET_MS)."""
+                budget_ms: int | None = None, now: datetime | None = None) -> MatchCount | None:
+    """The rows matching the history filters, counted newest days first up to `limit` (COUNT_LIMIT; then "more
+    than") within `budget_ms` (COUNT_BUDGET_MS); None when not even the newest day was counted in time."""
     limit = limit or COUNT_LIMIT
     budget_ms = budget_ms or COUNT_BUDGET_MS
-    counted = count_within(audit_list(filters=filters).order_by().values("id")[: limit + 1], budget_ms=budget_ms)
-    if counted is None:
-        return None
-    return MatchCount(n=min(counted, limit), more=counted > limit)
+    matching = audit_list(filters=filters).order_by()
+    now = now or timezone.now()
+    deadline = time.monotonic() + budget_ms / 1000
+    counted, newer = 0, None
+    for window in PAGE_WINDOWS:
+        older = now - window if window is not None else None
+        rows = matching
+        if older is not None:
+            rows = rows.filter(created_at__gte=older)
+        if newer is not None:
+            rows = rows.filter(created_at__lt=newer)
+        left_ms = (deadline - time.monotonic()) * 1000
+        found = count_within(rows.values("id")[: limit + 1 - counted], budget_ms=int(left_ms)) if left_ms >= 1 else None
+        if found is None:
+            return MatchCount(n=counted, more=False, since=newer) if counted else None
+        counted += found
+        if counted > limit:
+            return MatchCount(n=limit, more=True)
+        newer = older
+    return MatchCount(n=counted, more=False)
 
 
 class OutOfTime(Exception):

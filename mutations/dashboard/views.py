@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from datetime import date
+from datetime import UTC, date, timedelta
 from decimal import Decimal
 from functools import wraps
 from urllib.parse import urlencode
@@ -159,20 +159,29 @@ def history(request):
     sort = request.GET.get("sort") or selectors.DEFAULT_SORT
     try:
         page = selectors.audit_page(filters=filters, sort=sort, after=request.GET.get("after"),
-                                    before=request.GET.get("before"))
+                                    before=request.GET.get("before"), budget_ms=selectors.HISTORY_SEARCH_BUDGET_MS)
         errors = None
     except selectors.FilterError as exc:
         page, errors = None, exc.errors
-    # One page holding every match counts itself; otherwise a bounded count (selectors.audit_count).
-    paged = page is not None and bool(page.next_cursor or page.previous_cursor)
-    count = selectors.audit_count(filters=filters) if paged else None
+    # One page holding every match counts itself; otherwise a bounded count (selectors.audit_count). A search
+    # that ran out of time is not counted: the count would run out too.
+    paged = page is not None and not page.cut and bool(page.next_cursor or page.previous_cursor)
+    count = selectors.audit_count(filters=filters) if page is not None and paged else None
+    if page is not None and count is not None and count.since is not None and count.n <= len(page.rows):
+        count = None  # "at least" fewer than this page shows tells nothing
     query = request.GET.copy()
     for key in ("after", "before"):
         query.pop(key, None)
+    older_query = None
+    if page is not None and page.searched_since is not None:
+        older = query.copy()
+        # To the second after: the next search overlaps this one by less than a second rather than skip any.
+        older["until"] = f"{page.searched_since.astimezone(UTC) + timedelta(seconds=1):%Y-%m-%dT%H:%M:%S}"
+        older_query = older.urlencode()
     context = page_context(
         request, form=form, page=page, errors=errors, sort=sort, sorts=selectors.SORTS, paged=paged, count=count,
         count_n=f"{count.n:,}" if count else None,
-        query=query.urlencode(), filters=filters,
+        query=query.urlencode(), filters=filters, older_query=older_query,
         export_query=_urlencode({**filters, **({"sort": sort} if sort != selectors.DEFAULT_SORT else {})}),
         export_max_rows=EXPORT_MAX_ROWS,
         choices=configuration_names(), decisions=DECISION_CHOICES,

@@ -4,9 +4,11 @@ cut, and vGPU memory granted over time by namespace and by preset."""
 import csv
 import io
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from mutations.dashboard import views
@@ -99,7 +101,7 @@ def test_history_says_how_many_match_from_the_page_when_one_page_holds_them(staf
     assert "1 admission matches." in page_of(staff_client.get("/dashboard/history/?namespace=team-b"))
 
 
-def test_history_counts_the_matches_of_every_page_exactly_up_to_the_limit(staff_client, monkeypatch):
+def test_history_counts_the_matches_of_every_page_exactly_up_to_the_limit(staff_client, monkeypatch, count_in_any_time):
     monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
     for _ in range(5):
         audit_row(namespace="team-a")
@@ -113,17 +115,54 @@ def test_history_counts_the_matches_of_every_page_exactly_up_to_the_limit(staff_
         staff_client.get("/dashboard/history/?namespace=team-a"))
 
 
-def test_the_history_count_reads_at_most_the_limit_plus_one_row(staff_client, monkeypatch,
-                                                                 django_assert_num_queries):
+def test_the_history_count_reads_at_most_the_limit_plus_one_row(staff_client, monkeypatch, count_in_any_time):
     monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
     for _ in range(5):
         audit_row(namespace="team-a")
-    # The page's 7, and the count: in the test's transaction a savepoint around its time budget (set, count,
-    # reset, release); in production the count's own transaction, 2 queries.
-    with django_assert_num_queries(12) as captured:
+    with CaptureQueriesContext(connection) as captured:
         staff_client.get("/dashboard/history/?namespace=team-a")
-    counts = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]
-    assert len(counts) == 1 and "LIMIT 10001" in counts[0], counts  # a COUNT over a LIMITed subquery
+    # A COUNT over a LIMITed subquery per day window (newest day, then the rest of the week, ...): the first
+    # reads at most the limit plus one, each later one what is left of it after the matches counted before.
+    limits = [int(re.search(r"LIMIT (\d+)", q["sql"]).group(1))
+              for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert limits == [1001, 996, 996, 996], limits
+
+
+def test_the_history_count_stops_at_the_limit_in_the_newest_day(staff_client, monkeypatch, count_in_any_time):
+    monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
+    monkeypatch.setattr("mutations.audit.selectors.COUNT_LIMIT", 4)
+    for _ in range(5):
+        audit_row(namespace="team-a")
+    with CaptureQueriesContext(connection) as captured:
+        page = page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+    assert "More than 4 admissions match; this page shows 2." in page
+    assert len([q for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]) == 1  # older days unread
+
+
+def test_the_history_count_adds_up_every_day_kept_once(staff_client, monkeypatch, count_in_any_time):
+    monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
+    now = timezone.now()
+    for days_ago in (0, 0.5, 3, 20, 60):  # one in each day window, two in the newest
+        audit_row(namespace="team-a", created_at=now - timedelta(days=days_ago, minutes=5))
+    audit_row(namespace="team-b", created_at=now - timedelta(days=3))
+    assert "5 admissions match; this page shows 2." in page_of(
+        staff_client.get("/dashboard/history/?namespace=team-a"))
+
+
+def test_a_count_cut_short_in_older_days_says_at_least_since_when(staff_client, monkeypatch):
+    from mutations.audit import selectors
+
+    monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
+    for _ in range(3):
+        audit_row(namespace="team-a")
+    counts = iter([3])  # the newest day is counted, the rest of the week runs out of time
+    monkeypatch.setattr(selectors, "count_within", lambda queryset, budget_ms: next(counts, None))
+    page = page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+    assert re.search(r"At least 3 admissions match since \d{4}-\d\d-\d\d \d\d:\d\d UTC \(older ones not counted: "
+                     r"counting them would slow the page\); this page shows 2\.", page), page
+    counts = iter([2])  # no more than the page shows: nothing worth saying
+    page = page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+    assert "More admissions match than can be counted quickly with these filters; this page shows 2." in page
 
 
 def test_a_count_that_runs_out_of_time_says_only_what_the_page_saw(staff_client, monkeypatch):
@@ -139,3 +178,64 @@ def test_a_count_that_runs_out_of_time_says_only_what_the_page_saw(staff_client,
     monkeypatch.setattr("mutations.audit.selectors.count_within", lambda queryset, budget_ms: None)
     assert "More admissions match than can be counted quickly with these filters; this page shows 2." in page_of(
         staff_client.get("/dashboard/history/?namespace=team-a"))
+
+
+def test_a_reason_search_reads_older_days_slice_by_slice_until_the_page_is_full(staff_client, monkeypatch):
+    monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
+    now = timezone.now()
+    found = [audit_row(reason="denied: max_vgpu_memory_mib", created_at=now - timedelta(days=days_ago, minutes=5)).id
+             for days_ago in (0, 0.2, 10, 60)]
+    audit_row(reason="converted", created_at=now - timedelta(days=1))
+    page = page_of(staff_client.get("/dashboard/history/?reason=max_vgpu_memory_mib"))
+    assert admission_ids(page) == found[:2] and "found since" not in page
+    after = re.search(r'rel="next" href="\?([^"]+)"', page).group(1).replace("&amp;", "&")
+    assert admission_ids(page_of(staff_client.get(f"/dashboard/history/?{after}"))) == found[2:]
+
+
+def test_a_reason_search_out_of_time_says_how_far_back_it_read_and_links_to_older(staff_client, monkeypatch):
+    from contextlib import contextmanager
+
+    from mutations.audit import selectors
+
+    now = timezone.now()
+    newest = audit_row(reason="denied: max_vgpu_memory_mib", created_at=now - timedelta(minutes=5))
+    older = audit_row(reason="denied: max_vgpu_memory_mib", created_at=now - timedelta(hours=3))
+    real_budget, slices = selectors.time_budget, []
+
+    @contextmanager
+    def second_slice_out_of_time(budget_ms):
+        slices.append(budget_ms)
+        if len(slices) == 2:
+            raise selectors.OutOfTime("statement timeout")
+        with real_budget(budget_ms):
+            yield
+
+    monkeypatch.setattr(selectors, "time_budget", second_slice_out_of_time)
+    page = page_of(staff_client.get("/dashboard/history/?reason=max_vgpu_memory_mib"))
+    assert admission_ids(page) == [newest.id]
+    assert slices[0] <= selectors.HISTORY_SEARCH_BUDGET_MS and len(slices) == 2  # no count after a cut search
+    since = re.search(r"1 admission found since (\S+ \S+) UTC: the search stopped there", page).group(1)
+    searched_since = datetime.fromisoformat(since + "+00:00")
+    assert now - timedelta(hours=1, seconds=1) <= searched_since <= timezone.now() - timedelta(hours=1)
+    assert "More admissions match" not in page and "admissions match" not in page  # found, not counted
+    link = re.search(r'<a href="\?([^"]+)">Search older admissions</a>', page).group(1).replace("&amp;", "&")
+    assert admission_ids(page_of(staff_client.get(f"/dashboard/history/?{link}"))) == [older.id]
+
+
+def test_a_reason_search_in_another_order_that_runs_out_of_time_says_so(staff_client, monkeypatch):
+    from contextlib import contextmanager
+
+    from mutations.audit import selectors
+
+    audit_row(reason="denied: max_vgpu_memory_mib")
+
+    @contextmanager
+    def out_of_time(budget_ms):
+        raise selectors.OutOfTime("statement timeout")
+        yield
+
+    monkeypatch.setattr(selectors, "time_budget", out_of_time)
+    page = page_of(staff_client.get("/dashboard/history/?reason=max_vgpu_memory_mib&sort=-vgpu_memory_mib"))
+    assert admission_ids(page) == []
+    assert "0 admissions found: the search stopped there" in page and "Narrow it with From and Until" in page
+    assert "No admissions match these filters." not in page
