@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from ..engine import Decision
 from ..models import AdmissionAudit, AuditRollup, AuditRollupDaily
-from .filters import AuditFilter
+from .filters import WOULD_APPLY, WOULD_DENY, AuditFilter
 
 # The columns a history row shows: the wide JSON columns (patch, containers, warnings) stay behind.
 LIST_FIELDS = ("id", "created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name",
@@ -222,14 +222,15 @@ def _scanned_rows(queryset: QuerySet[AdmissionAudit], *, size: int, start: datet
     return rows, None
 
 
-# History counts the rows that match up to COUNT_LIMIT (20 pages), then says "more than": a COUNT over a
-# LIMITed subquery reads at most COUNT_LIMIT + 1 index entries or rows, never the whole table. It counts the
-# newest day first, then the rest of the week, of five weeks, then the older days (PAGE_WINDOWS, disjoint):
-# a filter that matches often reaches the limit in one day partition, planned and read alone, instead of
-# planning all of them. All of it within COUNT_BUDGET_MS: a filter no index serves (words of the reason, a
-# decision over a large cluster's day) reads rows by the thousand to find a few, and the count must not cost
-# more than the page it describes (docs/observability.md has the numbers). Out of time, the page says how
-# many it counted in the newest days, or only that it did not count.
+# Filters the daily rollup cannot answer (ROLLUP_FILTERS, below): history counts the rows that match up to
+# COUNT_LIMIT (20 pages), then says "more than": a COUNT over a LIMITed subquery reads at most
+# COUNT_LIMIT + 1 index entries or rows, never the whole table. It counts the newest day first, then the rest
+# of the week, of five weeks, then the older days (PAGE_WINDOWS, disjoint): a filter that matches often
+# reaches the limit in one day partition, planned and read alone, instead of planning all of them. All of it
+# within COUNT_BUDGET_MS: a filter no index serves (words of the reason, a decision over a large cluster's
+# day) reads rows by the thousand to find a few, and the count must not cost more than the page it describes
+# (docs/benchmarks.md has the numbers). Out of time, the page says how many it counted in the newest days,
+# or only that it did not count.
 COUNT_LIMIT = 1_000
 COUNT_BUDGET_MS = 15
 # PostgreSQL's SQLSTATE for a statement cancelled by statement_timeout (query_canceled).
@@ -248,11 +249,20 @@ class MatchCount:
 
 def audit_count(*, filters: dict[str, str] | None = None, limit: int | None = None,
                 budget_ms: int | None = None, now: datetime | None = None) -> MatchCount | None:
-    """The rows matching the history filters, counted newest days first up to `limit` (COUNT_LIMIT; then "more
-    than") within `budget_ms` (COUNT_BUDGET_MS); None when not even the newest day was counted in time."""
+    """The rows matching the history filters, within `budget_ms` (COUNT_BUDGET_MS): all of them from the daily
+    rollup when it has the filters' columns (ROLLUP_FILTERS), else counted newest days first up to `limit`
+    (COUNT_LIMIT; then "more than"); None when not even the newest day was counted in time."""
     limit = limit or COUNT_LIMIT
     budget_ms = budget_ms or COUNT_BUDGET_MS
-    matching = audit_list(filters=filters).order_by()
+    filterset = _filtered(filters)
+    rolled = _rollup_matching(filterset)
+    if rolled is not None:
+        try:
+            with time_budget(budget_ms):
+                return MatchCount(n=int(rolled.aggregate(n=Sum("admissions"))["n"] or 0), more=False)
+        except OutOfTime:
+            return None
+    matching = filterset.qs.order_by()
     now = now or timezone.now()
     deadline = time.monotonic() + budget_ms / 1000
     counted, newer = 0, None
@@ -272,6 +282,29 @@ def audit_count(*, filters: dict[str, str] | None = None, limit: int | None = No
             return MatchCount(n=limit, more=True)
         newer = older
     return MatchCount(n=counted, more=False)
+
+
+# The filters whose columns the daily rollup has: with no others (and no time range, which would cut days),
+# the sum of its rows is the exact count at any table size, from about a hundred rows a day. Its triggers
+# keep it equal to the table at every commit (mutations/audit/rollup.py). Rehearsals (would deny, would
+# apply) are told apart by the reason, which it does not keep.
+ROLLUP_FILTERS = frozenset({"namespace", "decision", "preset"})
+
+
+def _rollup_matching(filterset: AuditFilter) -> QuerySet[AuditRollupDaily] | None:
+    """The daily rollup's rows that sum to the filters' matches, or None when it cannot tell them."""
+    asked = {name: value for name, value in filterset.form.cleaned_data.items() if value not in (None, "")}
+    if (connection.vendor != "postgresql" or not asked.keys() <= ROLLUP_FILTERS
+            or asked.get("decision") in (WOULD_DENY, WOULD_APPLY)):
+        return None
+    rolled: QuerySet[Any] = AuditRollupDaily.objects.all()
+    if "namespace" in asked:  # the same exact name or * pattern as the table's (filters.AuditFilter)
+        rolled = filterset.filter_pattern(rolled, "namespace", asked["namespace"])
+    if "decision" in asked:
+        rolled = filterset.filter_decision(rolled, "decision", asked["decision"])
+    if "preset" in asked:
+        rolled = rolled.filter(preset_name=asked["preset"])
+    return rolled
 
 
 class OutOfTime(Exception):

@@ -101,26 +101,27 @@ def test_history_says_how_many_match_from_the_page_when_one_page_holds_them(staf
     assert "1 admission matches." in page_of(staff_client.get("/dashboard/history/?namespace=team-b"))
 
 
-def test_history_counts_the_matches_of_every_page_exactly_up_to_the_limit(staff_client, monkeypatch, count_in_any_time):
+def test_history_counts_the_matches_of_every_page_exactly_up_to_the_limit(staff_client, monkeypatch,
+                                                                          count_in_any_time):
     monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
     for _ in range(5):
-        audit_row(namespace="team-a")
-    audit_row(namespace="team-b")
-    page = page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+        audit_row(username="bob@example.com")
+    audit_row(username="carol@example.com")
+    page = page_of(staff_client.get("/dashboard/history/?user=bob@example.com"))
     assert "5 admissions match; this page shows 2." in page
     after = re.search(r'rel="next" href="\?([^"]+)"', page).group(1).replace("&amp;", "&")
     assert "5 admissions match; this page shows 2." in page_of(staff_client.get(f"/dashboard/history/?{after}"))
     monkeypatch.setattr("mutations.audit.selectors.COUNT_LIMIT", 4)
     assert "More than 4 admissions match; this page shows 2." in page_of(
-        staff_client.get("/dashboard/history/?namespace=team-a"))
+        staff_client.get("/dashboard/history/?user=bob@example.com"))
 
 
 def test_the_history_count_reads_at_most_the_limit_plus_one_row(staff_client, monkeypatch, count_in_any_time):
     monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
     for _ in range(5):
-        audit_row(namespace="team-a")
+        audit_row(username="bob@example.com")
     with CaptureQueriesContext(connection) as captured:
-        staff_client.get("/dashboard/history/?namespace=team-a")
+        staff_client.get("/dashboard/history/?user=bob@example.com")
     # A COUNT over a LIMITed subquery per day window (newest day, then the rest of the week, ...): the first
     # reads at most the limit plus one, each later one what is left of it after the matches counted before.
     limits = [int(re.search(r"LIMIT (\d+)", q["sql"]).group(1))
@@ -132,9 +133,9 @@ def test_the_history_count_stops_at_the_limit_in_the_newest_day(staff_client, mo
     monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
     monkeypatch.setattr("mutations.audit.selectors.COUNT_LIMIT", 4)
     for _ in range(5):
-        audit_row(namespace="team-a")
+        audit_row(username="bob@example.com")
     with CaptureQueriesContext(connection) as captured:
-        page = page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+        page = page_of(staff_client.get("/dashboard/history/?user=bob@example.com"))
     assert "More than 4 admissions match; this page shows 2." in page
     assert len([q for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]) == 1  # older days unread
 
@@ -143,10 +144,45 @@ def test_the_history_count_adds_up_every_day_kept_once(staff_client, monkeypatch
     monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
     now = timezone.now()
     for days_ago in (0, 0.5, 3, 20, 60):  # one in each day window, two in the newest
-        audit_row(namespace="team-a", created_at=now - timedelta(days=days_ago, minutes=5))
-    audit_row(namespace="team-b", created_at=now - timedelta(days=3))
+        audit_row(username="bob@example.com", created_at=now - timedelta(days=days_ago, minutes=5))
+    audit_row(username="carol@example.com", created_at=now - timedelta(days=3))
     assert "5 admissions match; this page shows 2." in page_of(
-        staff_client.get("/dashboard/history/?namespace=team-a"))
+        staff_client.get("/dashboard/history/?user=bob@example.com"))
+
+
+def test_history_counts_namespace_decision_and_preset_exactly_from_the_rollup_past_the_limit(
+        staff_client, monkeypatch, count_in_any_time):
+    monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
+    monkeypatch.setattr("mutations.audit.selectors.COUNT_LIMIT", 4)
+    now = timezone.now()
+    for days_ago in (0, 0, 3, 20, 60):
+        audit_row(namespace="team-a", decision="denied", created_at=now - timedelta(days=days_ago, minutes=5))
+    audit_row(namespace="team-a", decision="mutated")
+    audit_row(namespace="team-b", decision="error", preset_name="llm-70b")
+    with CaptureQueriesContext(connection) as captured:
+        page = page_of(staff_client.get("/dashboard/history/?namespace=team-a&decision=denied"))
+    assert "5 admissions match; this page shows 2." in page  # every one, past the limit
+    assert not any("COUNT(" in q["sql"].upper() for q in captured.captured_queries)  # the rollup's sum
+    assert "6 admissions match; this page shows 2." in page_of(
+        staff_client.get("/dashboard/history/?namespace=team-*&decision=denied-or-error"))
+    assert "6 admissions match; this page shows 2." in page_of(
+        staff_client.get("/dashboard/history/?preset=default&namespace=team-a"))
+
+
+def test_history_counts_rehearsals_from_the_table_the_rollup_does_not_tell_them_apart(
+        staff_client, monkeypatch, count_in_any_time):
+    monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
+    monkeypatch.setattr("mutations.audit.selectors.COUNT_LIMIT", 4)
+    for _ in range(3):
+        audit_row(decision="audit-only", reason="would deny: too many vGPUs")
+    for _ in range(5):
+        audit_row(decision="audit-only", reason="would apply: converted 1 GPU(s)")
+    assert "3 admissions match; this page shows 2." in page_of(
+        staff_client.get("/dashboard/history/?decision=would-deny"))
+    assert "More than 4 admissions match; this page shows 2." in page_of(
+        staff_client.get("/dashboard/history/?decision=would-apply"))  # the table's count, to its limit
+    assert "8 admissions match; this page shows 2." in page_of(
+        staff_client.get("/dashboard/history/?decision=audit-only"))  # both, from the rollup
 
 
 def test_a_count_cut_short_in_older_days_says_at_least_since_when(staff_client, monkeypatch):
@@ -154,14 +190,14 @@ def test_a_count_cut_short_in_older_days_says_at_least_since_when(staff_client, 
 
     monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
     for _ in range(3):
-        audit_row(namespace="team-a")
+        audit_row(username="bob@example.com")
     counts = iter([3])  # the newest day is counted, the rest of the week runs out of time
     monkeypatch.setattr(selectors, "count_within", lambda queryset, budget_ms: next(counts, None))
-    page = page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+    page = page_of(staff_client.get("/dashboard/history/?user=bob@example.com"))
     assert re.search(r"At least 3 admissions match since \d{4}-\d\d-\d\d \d\d:\d\d UTC \(older ones not counted: "
                      r"counting them would slow the page\); this page shows 2\.", page), page
     counts = iter([2])  # no more than the page shows: nothing worth saying
-    page = page_of(staff_client.get("/dashboard/history/?namespace=team-a"))
+    page = page_of(staff_client.get("/dashboard/history/?user=bob@example.com"))
     assert "More admissions match than can be counted quickly with these filters; this page shows 2." in page
 
 
@@ -170,14 +206,14 @@ def test_a_count_that_runs_out_of_time_says_only_what_the_page_saw(staff_client,
     from mutations.models import AdmissionAudit
 
     for _ in range(3):
-        audit_row(namespace="team-a")
+        audit_row(username="bob@example.com")
     slow = AdmissionAudit.objects.extra(where=["pg_sleep(0.05) IS NOT NULL"]).values("id")[:10]
     assert selectors.count_within(slow, budget_ms=20) is None
     assert selectors.count_within(slow, budget_ms=5000) == 3  # the budget was put back for what follows
     monkeypatch.setattr("mutations.audit.selectors.PAGE_SIZE", 2)
     monkeypatch.setattr("mutations.audit.selectors.count_within", lambda queryset, budget_ms: None)
     assert "More admissions match than can be counted quickly with these filters; this page shows 2." in page_of(
-        staff_client.get("/dashboard/history/?namespace=team-a"))
+        staff_client.get("/dashboard/history/?user=bob@example.com"))
 
 
 def test_a_reason_search_reads_older_days_slice_by_slice_until_the_page_is_full(staff_client, monkeypatch):

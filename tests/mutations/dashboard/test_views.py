@@ -197,11 +197,16 @@ def test_history_page_takes_a_fixed_number_of_queries_and_no_unbounded_count(sta
         audit_row(namespace=f"team-{i % 3}")
     # session + user + its permissions (2), the page (51 rows of the newest day), the filter menus' presets and
     # namespaces (7),
-    # and the count of a second page's worth of matches, per day window (a day, the rest of the week, of five
-    # weeks, the older days: 53 matches are fewer than the limit): here in a savepoint each, its time budget
-    # set, the LIMITed count, the budget reset, released (5).
-    with django_assert_num_queries(7 + 4 * 5) as captured:
+    # and the count of a second page's worth of matches: a namespace's from the daily rollup (here in a
+    # savepoint: its time budget set, the sum, the budget reset, released: 5).
+    with django_assert_num_queries(7 + 5) as captured:
         assert staff_client.get("/dashboard/history/?namespace=team-1").status_code == 200
+    assert not any("COUNT(" in q["sql"].upper() for q in captured.captured_queries), "no COUNT of the table"
+    assert sum('SUM("mutations_auditrollupdaily"."admissions")' in q["sql"] for q in captured.captured_queries) == 1
+    # A filter the rollup does not have: a COUNT over a LIMITed subquery per day window (a day, the rest of the
+    # week, of five weeks, the older days: 160 matches are fewer than the limit), each in its savepoint.
+    with django_assert_num_queries(7 + 4 * 5) as captured:
+        assert staff_client.get("/dashboard/history/?user=alice@example.com").status_code == 200
     counts = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]
     assert len(counts) == 4 and all(" LIMIT " in sql.upper() for sql in counts), "COUNTs over LIMITed subqueries"
     page_sql = next(q["sql"] for q in captured.captured_queries if "mutations_admissionaudit" in q["sql"])
