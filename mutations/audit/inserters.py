@@ -92,8 +92,8 @@ def _without_replays(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple
     partitions = audit_partitions_covering(cursor, min(times) - AUDIT_REPLAY_WINDOW, max(times) + AUDIT_REPLAY_WINDOW)
     if partitions:
         # One parameter named in each part: the uid array is sent once.
-        cursor.execute(" UNION ALL ".join(f'SELECT request_uid, created_at FROM "{name}" WHERE request_uid = ANY(%(uids)s)'
-                                          for name in partitions),
+        lookup = 'SELECT request_uid, created_at FROM "{}" WHERE request_uid = ANY(%(uids)s)'
+        cursor.execute(" UNION ALL ".join(lookup.format(name) for name in partitions),
                        {"uids": sorted({uid for _, uid, moment in parsed if moment is not None})})
         for uid, written_at in cursor.fetchall():
             seen.setdefault(uid, []).append(written_at)
