@@ -119,13 +119,17 @@ def _json_text(value: object) -> str:
     return text.replace("\\", "\\\\")
 
 
+def _compressed_text(data: bytes, dictionary: int) -> str:
+    # bytea in hex; the backslash of "\x" doubled for COPY's text format
+    return "\\\\x" + detail_compress(data, dictionary).hex()
+
+
 def field_text(column: Column, value: object) -> str:
     if value is None:
         return "\\N"
     kind = column.kind
     if kind == "compressed":
-        # bytea in hex; the backslash of "\x" doubled for COPY's text format
-        return "\\\\x" + detail_compress(json_bytes(value), column.dictionary).hex()
+        return _compressed_text(json_bytes(value), column.dictionary)
     if kind == "json":
         return _json_text(value)
     if kind == "bool":
@@ -162,7 +166,7 @@ def _compressed_encoder(column: Column) -> Callable[[object], str]:
         data = json_bytes(value)
         text = memo.get(data)
         if text is None:
-            text = field_text(column, value)
+            text = _compressed_text(data, column.dictionary)
             if len(data) <= MEMO_MAX_BYTES:
                 if len(memo) >= MEMO_ENTRIES:
                     memo.clear()
