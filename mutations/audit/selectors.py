@@ -193,6 +193,15 @@ SCAN_SLICES = 10  # back to 512 h (21 days) from the start, then the eleventh sl
 HISTORY_SEARCH_BUDGET_MS = 200
 
 
+def _between(queryset: QuerySet[Any], older: datetime | None, newer: datetime | None) -> QuerySet[Any]:
+    """The rows from `older` (inclusive) to `newer` (exclusive); None leaves that side open."""
+    if older is not None:
+        queryset = queryset.filter(created_at__gte=older)
+    if newer is not None:
+        queryset = queryset.filter(created_at__lt=newer)
+    return queryset
+
+
 def _scanned_rows(queryset: QuerySet[AdmissionAudit], *, size: int, start: datetime,
                   budget_ms: int) -> tuple[list[AdmissionAudit], datetime | None]:
     """size + 1 rows newest first from `start` (the first slice also takes any newer rows the queryset allows),
@@ -203,11 +212,7 @@ def _scanned_rows(queryset: QuerySet[AdmissionAudit], *, size: int, start: datet
     width = SCAN_FIRST_SLICE
     for i in range(SCAN_SLICES + 1):
         older = start - width if i < SCAN_SLICES else None
-        time_slice = queryset
-        if older is not None:
-            time_slice = time_slice.filter(created_at__gte=older)
-        if newer is not None:
-            time_slice = time_slice.filter(created_at__lt=newer)
+        time_slice = _between(queryset, older, newer)
         left_ms = int((deadline - time.monotonic()) * 1000)
         if left_ms < 1:
             return rows, newer or start
@@ -268,11 +273,7 @@ def audit_count(*, filters: dict[str, str] | None = None, limit: int | None = No
     counted, newer = 0, None
     for window in PAGE_WINDOWS:
         older = now - window if window is not None else None
-        rows = matching
-        if older is not None:
-            rows = rows.filter(created_at__gte=older)
-        if newer is not None:
-            rows = rows.filter(created_at__lt=newer)
+        rows = _between(matching, older, newer)
         left_ms = (deadline - time.monotonic()) * 1000
         found = count_within(rows.values("id")[: limit + 1 - counted], budget_ms=int(left_ms)) if left_ms >= 1 else None
         if found is None:
