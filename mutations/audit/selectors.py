@@ -18,13 +18,13 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import OperationalError, connection, transaction
-from django.db.models import Count, F, Q, QuerySet, Sum
-from django.db.models.functions import TruncDay, TruncHour
+from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
 from ..engine import Decision
-from ..models import AdmissionAudit, AuditRollup, AuditRollupDaily
+from ..models import AdmissionAudit, AuditRollupDaily
 from .filters import WOULD_APPLY, WOULD_DENY, AuditFilter
+from .rollup import rollup_sums
 
 # The columns a history row shows: the wide JSON columns (patch, containers, warnings) stay behind.
 LIST_FIELDS = ("id", "created_at", "request_uid", "operation", "namespace", "pod_name", "generate_name",
@@ -423,48 +423,49 @@ class Overview:
 
 
 def audit_overview(*, window: str = DEFAULT_WINDOW, now: datetime | None = None) -> Overview:
-    """Admissions over a recent window: per hour or day and decision, top namespaces and presets, problems."""
+    """Admissions over a recent window: per hour or day and decision, top namespaces and presets, problems.
+
+    The counts come from the rollups (rollup.rollup_sums), which the audit table's triggers keep equal to
+    the table at every commit; on SQLite (development), from the table."""
     if window not in WINDOWS:
         raise FilterError({"window": [f"choose one of {', '.join(WINDOWS)}"]})
     span, bucket = WINDOWS[window]
     until = now or timezone.now()
-    trunc = TruncHour if bucket == "hour" else TruncDay
     step = timedelta(hours=1) if bucket == "hour" else timedelta(days=1)
     first = _truncate(until - span, bucket) + step
     since = first
     recent = AdmissionAudit.objects.filter(created_at__gte=since, created_at__lte=until)
-    by_bucket, by_name = _window_counts(recent, since=since, until=until, trunc=trunc)
     buckets = []
     moment = first
     while moment <= until:
         buckets.append(moment)
         moment += step
-    index = {b: i for i, b in enumerate(buckets)}
+    index = {int(b.timestamp()): i for i, b in enumerate(buckets)}
     counts: list[dict[str, int]] = [{} for _ in buckets]
     memory = [0] * len(buckets)
     totals = {d.value: 0 for d in Decision}
-    for row in by_bucket:
-        i = index.get(row["bucket"])
+    mutated = Decision.MUTATED.value
+    for start, decision, n, mib in rollup_sums(since=since, until=until, bucket=bucket, by=("bucket", "decision")):
+        i = index.get(start)
         if i is None:
             continue
-        counts[i][row["decision"]] = counts[i].get(row["decision"], 0) + int(row["n"])
-        totals[row["decision"]] = totals.get(row["decision"], 0) + int(row["n"])
-        if row["decision"] == Decision.MUTATED.value:
-            memory[i] += int(row["mib"] or 0)
+        counts[i][decision] = counts[i].get(decision, 0) + n
+        totals[decision] = totals.get(decision, 0) + n
+        if decision == mutated:
+            memory[i] += mib
     namespaces: dict[str, dict[str, Any]] = {}
     presets: dict[str, dict[str, Any]] = {}
-    for row in by_name:
-        mutated = row["decision"] == Decision.MUTATED.value
-        entry = namespaces.setdefault(row["namespace"],
-                                      {"namespace": row["namespace"], "n": 0, "problems": 0, "mib": 0})
-        n = int(row["n"])
+    for namespace, preset_name, decision, n, mib in rollup_sums(since=since, until=until, bucket=bucket,
+                                                                by=("namespace", "preset_name", "decision")):
+        entry = namespaces.setdefault(namespace, {"namespace": namespace, "n": 0, "problems": 0, "mib": 0})
         entry["n"] += n
-        entry["problems"] += n if row["decision"] in PROBLEM_DECISIONS else 0
-        entry["mib"] += int(row["mib"] or 0) if mutated else 0
-        if mutated and row["preset_name"]:
-            preset = presets.setdefault(row["preset_name"], {"preset_name": row["preset_name"], "n": 0, "mib": 0})
-            preset["n"] += n
-            preset["mib"] += int(row["mib"] or 0)
+        entry["problems"] += n if decision in PROBLEM_DECISIONS else 0
+        if decision == mutated:
+            entry["mib"] += mib
+            if preset_name:
+                preset = presets.setdefault(preset_name, {"preset_name": preset_name, "n": 0, "mib": 0})
+                preset["n"] += n
+                preset["mib"] += mib
     top_namespaces = sorted(namespaces.values(), key=lambda e: (-e["n"], e["namespace"]))[:8]
     top_presets = sorted(presets.values(), key=lambda e: (-e["n"], e["preset_name"]))[:8]
     recent_problems = list(
@@ -473,34 +474,6 @@ def audit_overview(*, window: str = DEFAULT_WINDOW, now: datetime | None = None)
     return Overview(window=window, since=since, until=until, bucket=bucket, buckets=buckets, counts=counts,
                     memory_mib=memory, totals=totals, top_namespaces=top_namespaces, top_presets=top_presets,
                     recent_problems=recent_problems)
-
-
-def _window_counts(recent: QuerySet[AdmissionAudit], *, since: datetime, until: datetime,
-                   trunc: type[TruncHour | TruncDay]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The window's admissions and MiB per (bucket, decision) and per (namespace, preset, decision).
-
-    On PostgreSQL from the rollups alone (hourly for hour bars, daily for day bars), which the audit
-    table's triggers keep equal to the table at every commit (mutations/audit/rollup.py). Their
-    hours (days) count whole: a row stamped after `until` within its hour (another replica's clock
-    ahead) is in the window. On SQLite (development), from the table.
-    """
-    by_bucket: QuerySet[Any, dict[str, Any]]
-    by_name: QuerySet[Any, dict[str, Any]]
-    if connection.vendor != "postgresql":
-        by_bucket = (recent.annotate(bucket=trunc("created_at", tzinfo=UTC)).values("bucket", "decision")
-                     .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
-        by_name = (recent.values("namespace", "preset_name", "decision")
-                   .annotate(n=Count("id"), mib=Sum("vgpu_memory_mib")).order_by())
-        return list(by_bucket), list(by_name)
-    rolled: QuerySet[Any]
-    if trunc is TruncHour:
-        rolled = AuditRollup.objects.filter(hour__gte=since, hour__lte=until).annotate(bucket=F("hour"))
-    else:
-        rolled = AuditRollupDaily.objects.filter(day__gte=since, day__lte=until).annotate(bucket=F("day"))
-    by_bucket = rolled.values("bucket", "decision").annotate(n=Sum("admissions"), mib=Sum("vgpu_memory_mib")).order_by()
-    by_name = (rolled.values("namespace", "preset_name", "decision")
-               .annotate(n=Sum("admissions"), mib=Sum("vgpu_memory_mib")).order_by())
-    return list(by_bucket), list(by_name)
 
 
 def _truncate(moment: datetime, bucket: str) -> datetime:

@@ -168,20 +168,23 @@ def series_bars(*, buckets: list[datetime], values: list[dict[str, float]], name
     """A quantity per bucket stacked by name (e.g. GiB granted per hour by namespace), each segment's title
     giving the value and the Pods behind it; colours by the name's place in `names` (SERIES_COLOURS)."""
     frame, parts = _open(buckets, max((sum(v.values()) for v in values), default=0), title, unit)
+    # Per series once, not per segment: a week of hours by seven series is over a thousand segments.
+    series = [(name, SERIES_COLOURS[min(index, len(SERIES_COLOURS) - 1)], escape(name or "(none)"))
+              for index, name in enumerate(names)]
+    unit_text, width, bottom = escape(unit), f"{frame.bar_w:.1f}", TOP + frame.plot_h
     for i, (moment, by_name) in enumerate(zip(buckets, values, strict=True)):
-        x, y = frame.bar_x(i), TOP + frame.plot_h
+        x, y = f"{frame.bar_x(i):.1f}", bottom
         when = _when(moment, bucket)
-        for index, name in enumerate(names):
+        for name, colour, label in series:
             value = by_name.get(name, 0)
             if not value:
                 continue
             h = frame.height(value)
             y -= h
-            colour = SERIES_COLOURS[min(index, len(SERIES_COLOURS) - 1)]
             count = pods[i].get(name, 0)
             parts.append(
-                f'<rect class="bar series" x="{x:.1f}" y="{y:.1f}" width="{frame.bar_w:.1f}" '
-                f'height="{max(h, 0.5):.1f}" fill="{colour}"><title>{when} UTC: {escape(name or "(none)")} '
-                f'{value:g} {escape(unit)} ({count} Pod{"s" if count != 1 else ""} converted)</title></rect>'
+                f'<rect class="bar series" x="{x}" y="{y:.1f}" width="{width}" '
+                f'height="{max(h, 0.5):.1f}" fill="{colour}"><title>{when} UTC: {label} '
+                f'{value:g} {unit_text} ({count} Pod{"s" if count != 1 else ""} converted)</title></rect>'
             )
     return _close(parts, frame, buckets, bucket)

@@ -122,23 +122,24 @@ def _memory_series(*, key: str, data: selectors.Overview, per: str) -> dict:
     """vGPU memory granted per bucket stacked by namespace or preset, its legend, and Pods converted."""
     rows = memory.memory_granted_by(key=key, since=data.since, until=data.until, bucket=data.bucket)
     totals: dict[str, list[int]] = {}
-    for row in rows:
-        total = totals.setdefault(row["name"], [0, 0])
-        total[0] += row["mib"]
-        total[1] += row["n"]
+    for _, name, n, mib in rows:
+        total = totals.setdefault(name, [0, 0])
+        total[0] += mib
+        total[1] += n
     ranked = sorted(totals, key=lambda name: (-totals[name][0], name))
-    shown = ranked[:SERIES_SHOWN]
-    names = shown + ([OTHER_SERIES] if len(ranked) > SERIES_SHOWN else [])
-    index = {moment: i for i, moment in enumerate(data.buckets)}
+    shown = set(ranked[:SERIES_SHOWN])
+    names = ranked[:SERIES_SHOWN] + ([OTHER_SERIES] if len(ranked) > SERIES_SHOWN else [])
+    index = {int(moment.timestamp()): i for i, moment in enumerate(data.buckets)}
     values: list[dict[str, float]] = [{} for _ in data.buckets]
     pods: list[dict[str, int]] = [{} for _ in data.buckets]
-    for row in rows:
-        i = index.get(row["bucket"])
+    for start, name, n, mib in rows:
+        i = index.get(start)
         if i is None:
             continue
-        name = row["name"] if row["name"] in shown else OTHER_SERIES
-        values[i][name] = values[i].get(name, 0) + row["mib"] / 1024
-        pods[i][name] = pods[i].get(name, 0) + row["n"]
+        if name not in shown:
+            name = OTHER_SERIES
+        values[i][name] = values[i].get(name, 0) + mib / 1024
+        pods[i][name] = pods[i].get(name, 0) + n
     legend = []
     for position, name in enumerate(names):
         members = [name] if name != OTHER_SERIES else ranked[SERIES_SHOWN:]

@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from mutations.audit import selectors
+from mutations.audit import memory, rollup, selectors
 from mutations.models import AdmissionAudit, AuditRollup, AuditRollupDaily
 from tests.support.audit import audit_row
 
@@ -56,7 +56,7 @@ def rollups_match_the_table() -> bool:
 def overview_counting_the_table(window: str, now, monkeypatch) -> dict:
     """The overview as the audit table alone gives it (the path SQLite takes)."""
     with monkeypatch.context() as patched:
-        patched.setattr(selectors, "connection", SimpleNamespace(vendor="sqlite"))
+        patched.setattr(rollup, "connection", SimpleNamespace(vendor="sqlite"))
         return shown(selectors.audit_overview(window=window, now=now))
 
 
@@ -109,6 +109,30 @@ def test_overview_from_the_rollups_shows_what_counting_the_table_shows(monkeypat
     in_week = AdmissionAudit.objects.filter(created_at__gte=week["since"], created_at__lte=now)
     assert week["totals"] == {d: in_week.filter(decision=d).count() for d in week["totals"]}
     assert sum(week["totals"].values()) == 12
+
+
+def test_memory_granted_from_the_rollups_is_what_counting_the_table_gives(monkeypatch):
+    now = timezone.now().replace(minute=30)
+    rows_over([0.05, 0.1, 0.2, 1.1, 1.2, 1.3, 5, 5, 26, 30, 50, 100, 170, 24 * 20, 24 * 80], now=now)
+    audit_row(created_at=now - timedelta(hours=3), namespace="team-a", decision="mutated", preset_name="",
+              vgpu_memory_mib=2048)  # converted without a preset: its own series
+    for window, (span, bucket) in selectors.WINDOWS.items():
+        for key in memory.KEYS:
+            query = {"key": key, "since": now - span, "until": now, "bucket": bucket}
+            from_rollup = sorted(memory.memory_granted_by(**query))
+            with monkeypatch.context() as patched:
+                patched.setattr(rollup, "connection", SimpleNamespace(vendor="sqlite"))
+                assert sorted(memory.memory_granted_by(**query)) == from_rollup, (window, key)
+            # (bucket start in seconds, name, Pods, MiB): team-a's llm-7b Pods of the last 24 hours
+            if window == "24h" and key == "namespace":
+                assert sum(r[2] for r in from_rollup if r[1] == "team-a") == 3
+                assert sum(r[3] for r in from_rollup if r[1] == "team-a") == 2 * 16384 + 2048
+                assert all(isinstance(r[0], int) and r[0] % 3600 == 0 for r in from_rollup)
+
+
+def test_a_rollup_read_refuses_a_column_it_cannot_group_by():
+    with pytest.raises(ValueError, match="username"):
+        rollup.rollup_sums(since=timezone.now(), until=timezone.now(), bucket="hour", by=("bucket", "username"))
 
 
 def test_overview_reads_the_rollups_not_the_audit_table():
