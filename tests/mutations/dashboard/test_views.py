@@ -440,3 +440,15 @@ def test_staff_without_the_audit_view_permission_is_refused_as_the_admin_refuses
     client.force_login(django_user_model.objects.create_user("helpdesk", password="pw-for-tests-only", is_staff=True))
     assert client.get(path.format(id=row.id)).status_code == 403
     assert client.get("/admin/mutations/admissionaudit/").status_code == 403
+
+
+def test_rows_mark_a_caller_that_proved_nothing_and_escape_the_user_it_claimed(staff_client):
+    # Denied: the overview lists the latest problems too.
+    audit_row(username="<b>mallory</b>", caller_verified=False, namespace="team-x", decision="denied")
+    audit_row(username="alice@example.com", caller_verified=True, namespace="team-y", decision="denied")
+    for path in ("/dashboard/history/", "/dashboard/?window=24h"):
+        page = staff_client.get(path).content.decode()
+        assert '&lt;b&gt;mallory&lt;/b&gt; <span class="unverified" title="The caller presented no verified' in page
+        assert "<b>mallory</b>" not in page
+        assert "alice@example.com</td>" in page, path
+        assert 'alice@example.com <span class="unverified"' not in page
