@@ -8,6 +8,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import BasePermission
 
+from ..audit import selectors
 from ..audit.filters import AuditFilter
 from ..models import AUDIT_VIEW_PERMISSION, AdmissionAudit
 from .serializers import AdmissionAuditSerializer
@@ -57,3 +58,13 @@ class AdmissionAuditViewSet(viewsets.ReadOnlyModelViewSet):
     filter_backends = [DjangoFilterBackend]
     pagination_class = AuditCursorPagination
     permission_classes = [CanViewAudit]  # usernames and Pod names: as the dashboard and the admin
+
+    def get_object(self) -> AdmissionAudit:
+        """One row by its id, read from the partition of its day (selectors.audit_get) rather than by probing
+        the primary key of every day kept."""
+        try:
+            row = selectors.audit_get(audit_id=int(self.kwargs[self.lookup_field]))
+        except (ValueError, AdmissionAudit.DoesNotExist) as exc:
+            raise NotFound(f"no admission with id {self.kwargs[self.lookup_field]!r}") from exc
+        self.check_object_permissions(self.request, row)
+        return row

@@ -53,6 +53,34 @@ def audit_partition_days(cursor: Any) -> list[date]:
     return sorted(days)
 
 
+# The smallest and largest id in each closed day's partition (before yesterday: the writer no longer adds
+# to it, unless a spool is replayed days late), read once per process. audit_id_days finds an id's day
+# from them instead of probing the primary key of every day kept.
+_closed_ids: dict[date, tuple[int | None, int | None]] = {}
+
+
+def audit_id_days(cursor: Any, audit_id: int, *, today: date | None = None) -> tuple[date, date | None] | None:
+    """The days whose partitions should hold row `audit_id`, as (first, last): the closed days whose ids span
+    it (usually one; two where writers' rows interleave at midnight), or (yesterday, None: every day on) when
+    it is newer than every closed day. None when no closed day spans it (it was pruned, or never was).
+
+    Ids grow with the time rows are written, and rows are written within seconds of their admission, so
+    this is right unless a row was written days late: the caller then probes every partition."""
+    today = today or datetime.now(UTC).date()
+    closed = [day for day in audit_partition_days(cursor) if day < today - timedelta(days=DAYS_BEHIND)]
+    missing = [day for day in closed if day not in _closed_ids]
+    if missing:
+        cursor.execute(" UNION ALL ".join(f"SELECT %s::date, (SELECT min(id) FROM {partition_name(day)}), "
+                                          f"(SELECT max(id) FROM {partition_name(day)})" for day in missing),
+                       missing)
+        _closed_ids.update({day: (low, high) for day, low, high in cursor.fetchall()})
+    spans = [(day, *_closed_ids[day]) for day in closed if _closed_ids[day][0] is not None]
+    if all(audit_id > high for _, _, high in spans):
+        return today - timedelta(days=DAYS_BEHIND), None
+    days = [day for day, low, high in spans if low <= audit_id <= high]
+    return (days[0], days[-1]) if days else None
+
+
 def audit_partitions_covering(cursor: Any, low: datetime, high: datetime) -> list[str]:
     """The partitions that can hold rows from `low` to `high`: those days' partitions that exist, and DEFAULT.
 

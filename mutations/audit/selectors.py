@@ -24,6 +24,7 @@ from django.utils import timezone
 from ..engine import Decision
 from ..models import AdmissionAudit, AuditRollupDaily
 from .filters import WOULD_APPLY, WOULD_DENY, AuditFilter
+from .partitions import audit_id_days, day_start
 from .rollup import rollup_sums
 
 # The columns a history row shows: the wide JSON columns (patch, containers, warnings) stay behind.
@@ -65,12 +66,19 @@ def audit_get(*, audit_id: int, day: date | None = None) -> AdmissionAudit:
     """One admission, every column; raises AdmissionAudit.DoesNotExist.
 
     `day`, the UTC day of its created_at (the dashboard's links carry it), lets PostgreSQL read that day's
-    partition alone; without it, or when the day is wrong, every partition's primary key is probed.
+    partition alone. Without it (an old link, the API), the days come from the id (partitions.audit_id_days).
+    When they are wrong (a row written days late, a wrong link), every partition's primary key is probed.
     """
     rows = AdmissionAudit.objects.filter(pk=audit_id)
-    if day is not None:
-        start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
-        found = rows.filter(created_at__gte=start, created_at__lt=start + timedelta(days=1)).first()
+    since, until = (day_start(day), day_start(day + timedelta(days=1))) if day is not None else (None, None)
+    if day is None and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            days = audit_id_days(cursor, audit_id)
+        if days is not None:
+            first, last = days
+            since, until = day_start(first), day_start(last + timedelta(days=1)) if last is not None else None
+    if since is not None:
+        found = _between(rows, since, until).first()
         if found is not None:
             return found
     return rows.get()

@@ -77,6 +77,13 @@ def test_one_row_by_id(api):
     assert api.get(f"/api/v1/audit/{row.id}/").json()["request_uid"] == "one"
 
 
+@pytest.mark.parametrize("path", ["/api/v1/audit/987654321/", "/api/v1/audit/not-a-number/"])
+def test_a_row_that_is_not_there_is_a_404_naming_the_id(api, path):
+    audit_row()
+    response = api.get(path)
+    assert response.status_code == 404 and path.split("/")[-2] in response.json()["detail"]
+
+
 @pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
 def test_rows_cannot_be_changed_through_the_api(api, method):
     row = audit_row()

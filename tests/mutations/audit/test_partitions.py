@@ -140,3 +140,26 @@ def test_the_migration_triggers_and_the_code_take_the_same_rollup_lock():
     migration = importlib.import_module("mutations.migrations.0010_audit_partitioned_by_day")
     assert migration.ROLLUP_LOCK_KEY == partitions.ROLLUP_LOCK_KEY
     assert f"pg_advisory_xact_lock({partitions.ROLLUP_LOCK_KEY})" in migration.ROLLUP_FUNCTION
+
+
+@pytest.mark.django_db
+def test_an_admission_is_found_by_its_id_alone_in_its_days_partition_and_when_written_days_late(monkeypatch):
+    from django.test.utils import CaptureQueriesContext
+
+    from mutations.audit import selectors
+
+    monkeypatch.setattr(partitions, "_closed_ids", {})
+    call_command("create_audit_partitions", "--days-behind", "10", verbosity=0)
+    now = datetime.now(UTC)
+    uids = [row_at(now - timedelta(days=n, hours=1)) for n in (9, 6, 4, 1, 0)]  # written as admitted
+    ids = {uid: AdmissionAudit.objects.get(request_uid=uid).id for uid in uids}
+    for uid in uids:
+        with CaptureQueriesContext(connection) as captured:
+            assert selectors.audit_get(audit_id=ids[uid]).request_uid == uid
+        reads = [q["sql"] for q in captured.captured_queries if f'FROM "{TABLE}"' in q["sql"]]
+        # One read, bounded to the row's day (or yesterday on): no probe of every day's primary key.
+        assert len(reads) == 1 and '"created_at" >=' in reads[0], reads
+    late = row_at(now - timedelta(days=8))  # a spool replayed days after the admission: its id is the newest
+    assert selectors.audit_get(audit_id=AdmissionAudit.objects.get(request_uid=late).id).request_uid == late
+    with pytest.raises(AdmissionAudit.DoesNotExist):
+        selectors.audit_get(audit_id=max(ids.values()) + 1000)
