@@ -74,7 +74,8 @@ def audit_id_days(cursor: Any, audit_id: int, *, today: date | None = None) -> t
                                           f"(SELECT max(id) FROM {partition_name(day)})" for day in missing),
                        missing)
         _closed_ids.update({day: (low, high) for day, low, high in cursor.fetchall()})
-    spans = [(day, *_closed_ids[day]) for day in closed if _closed_ids[day][0] is not None]
+    spans = [(day, low, high) for day in closed for low, high in [_closed_ids[day]]
+             if low is not None and high is not None]
     if all(audit_id > high for _, _, high in spans):
         return today - timedelta(days=DAYS_BEHIND), None
     days = [day for day, low, high in spans if low <= audit_id <= high]

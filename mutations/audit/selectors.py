@@ -78,10 +78,11 @@ def audit_get(*, audit_id: int, day: date | None = None) -> AdmissionAudit:
             first, last = days
             since, until = day_start(first), day_start(last + timedelta(days=1)) if last is not None else None
     if since is not None:
-        found = _between(rows, since, until).first()
+        found: AdmissionAudit | None = _between(rows, since, until).first()
         if found is not None:
             return found
-    return rows.get()
+    row: AdmissionAudit = rows.get()
+    return row
 
 
 @dataclass(frozen=True)
