@@ -1,10 +1,13 @@
 """Denials the dashboard explains, audit-only rows shown as rehearsals, and links between rows and configuration."""
 
 import re
+from datetime import timedelta
 
 import pytest
 import yaml
+from django.utils import timezone
 
+from mutations.audit import rehearsal
 from mutations.models import AdmissionAudit
 from profiles.models import LanguageModel, NamespacePolicy, Preset
 from tests.support import pods
@@ -135,6 +138,27 @@ def test_the_rehearsal_page_says_what_enforce_would_do_in_a_namespace(staff_clie
     assert re.search(r'vGPU memory it would grant</div><div class="value">2,?048 <small>GiB', page)
     assert "spec.containers[*].resources.limits[x]" in page and "elsewhere" not in page
     assert 'href="/dashboard/policies/lab-*/"' in page
+
+
+def test_the_rehearsal_page_says_since_which_hour_it_counts(staff_client):
+    audit_row(namespace="lab-a", decision="audit-only", reason="would deny: the Pod asks for 4 vGPUs")
+    page = page_of(staff_client.get("/dashboard/rehearsal/?namespace=lab-a"))
+    assert f"since {rehearsal.rehearsal_since():%Y-%m-%d %H:00} UTC" in page
+    assert re.search(r'Would deny</div><div class="value">1<', page)
+
+
+def test_policies_read_from_the_newest_rows_say_so_when_the_window_holds_more(monkeypatch, staff_client):
+    monkeypatch.setattr(rehearsal, "POLICY_ROWS_READ", 2)
+    audit_row(namespace="lab-a", policy_name="old-policy", created_at=timezone.now() - timedelta(hours=3))
+    for minutes in (1, 2):
+        audit_row(namespace="lab-a", policy_name="lab-*", created_at=timezone.now() - timedelta(minutes=minutes))
+    found = rehearsal.namespace_rehearsal(namespace="lab-a")
+    assert found.policies == ["lab-*"] and found.policies_cut
+    page = page_of(staff_client.get("/dashboard/rehearsal/?namespace=lab-a"))
+    assert "the newest 2 of them decided under" in page and "old-policy" not in page
+    monkeypatch.setattr(rehearsal, "POLICY_ROWS_READ", 3)
+    found = rehearsal.namespace_rehearsal(namespace="lab-a")
+    assert found.policies == ["lab-*", "old-policy"] and not found.policies_cut
 
 
 def test_the_root_opens_the_dashboard_and_the_admin_links_to_it(admin_client, client):
