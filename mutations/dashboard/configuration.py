@@ -3,7 +3,8 @@ them (their settings, latest admissions, denials and rehearsed denials, links to
 
 from __future__ import annotations
 
-from datetime import timedelta
+import time
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.shortcuts import render
@@ -43,8 +44,8 @@ def preset(request, name: str):
                                admin_url=reverse("admin:profiles_preset_change", args=[found.pk]) if found else None)
 
 
-# A model's page searches the words of the reason (no index serves them): the last days only, each list
-# within selectors.SEARCH_BUDGET_MS.
+# A model's page searches the words of the reason (no index serves them): the last days only, all its lists
+# within selectors.SEARCH_BUDGET_MS together, newest first; a list cut short says how far back it searched.
 MODEL_PAGE_DAYS = 7
 
 
@@ -68,24 +69,63 @@ def language_model(request, name: str):
 
 def _configuration_page(request, *, kind: str, name: str, filters: dict[str, str], obj, admin_url: str | None,
                         history_filters: dict[str, str] | None = None, budget_ms: int | None = None, **extra):
-    out_of_time = False
-
-    def rows(**more: str) -> list[AdmissionAudit] | None:
-        nonlocal out_of_time
-        if budget_ms is None:
-            return selectors.audit_page(filters={**filters, **more}, size=CONFIGURATION_PAGE_ROWS).rows
-        if out_of_time:  # the next list narrows the same search: it would run out too
-            return None
-        try:  # None: not found within the budget (the page links to the full history instead)
-            with selectors.time_budget(budget_ms):
-                return selectors.audit_page(filters={**filters, **more}, size=CONFIGURATION_PAGE_ROWS).rows
-        except selectors.OutOfTime:
-            out_of_time = True
-            return None
-
-    context = page_context(
-        request, kind=kind, name=name, obj=obj, admin_url=admin_url,
-        recent=rows(), denials=rows(decision=Decision.DENIED.value), would_deny=rows(decision=WOULD_DENY),
-        history_url=f"{reverse('dashboard:history')}?{urlencode(history_filters or filters)}", **extra,
-    )
+    history_url = f"{reverse('dashboard:history')}?{urlencode(history_filters or filters)}"
+    lists: dict[str, list[AdmissionAudit] | None]
+    searched_since: datetime | None
+    if budget_ms is None:  # every list one indexed query
+        lists = {key: selectors.audit_page(filters={**filters, **more}, size=CONFIGURATION_PAGE_ROWS).rows
+                 for key, more in LISTS.items()}
+        searched_since = None
+    else:
+        lists, searched_since = _searched_lists(filters, budget_ms=budget_ms)
+    older_url = None
+    if searched_since is not None:  # the history goes on from where the page stopped (to the second after)
+        older = {**(history_filters or filters),
+                 "until": f"{searched_since.astimezone(UTC) + timedelta(seconds=1):%Y-%m-%dT%H:%M:%S}"}
+        older_url = f"{reverse('dashboard:history')}?{urlencode(older)}"
+    context = page_context(request, kind=kind, name=name, obj=obj, admin_url=admin_url, history_url=history_url,
+                           searched_since=searched_since, older_url=older_url, **lists, **extra)
     return render(request, "dashboard/configuration.html", context)
+
+
+# The lists of a configuration page: the latest admissions, then the denials and rehearsed denials among them.
+LISTS = {"recent": {}, "denials": {"decision": Decision.DENIED.value}, "would_deny": {"decision": WOULD_DENY}}
+
+
+def _searched_lists(filters: dict[str, str], *, budget_ms: int
+                    ) -> tuple[dict[str, list[AdmissionAudit] | None], datetime | None]:
+    """The LISTS found by a search no index serves, all within `budget_ms` together: each list None when its
+    search found nothing before the time ran out, and the time back to which every list saw every match
+    (None: the whole of `filters`' window).
+
+    The latest admissions are searched first. When they are fewer than a page, they are every match of the
+    searched time, so the narrower lists are picked from them: the same time covered, nothing read twice."""
+    deadline = time.monotonic() + budget_ms / 1000
+    lists: dict[str, list[AdmissionAudit] | None] = {}
+    searched_since: datetime | None = None
+    for key, more in LISTS.items():
+        recent = lists.get("recent")
+        if key != "recent" and recent is not None and len(recent) < CONFIGURATION_PAGE_ROWS:
+            lists[key] = [row for row in recent if _in_list(row, more)]
+            continue
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms < 1 or (key != "recent" and recent is None):  # out of time, or the wider search found nothing
+            lists[key] = None
+            continue
+        began = timezone.now()
+        page = selectors.audit_page(filters={**filters, **more}, size=CONFIGURATION_PAGE_ROWS, budget_ms=left_ms)
+        if page.cut and (page.searched_since is None or page.searched_since >= began):  # nothing searched
+            lists[key] = None
+            continue
+        lists[key] = page.rows
+        if page.searched_since is not None:  # every list shows all matches from the latest start of them all
+            searched_since = max(searched_since or page.searched_since, page.searched_since)
+    return lists, searched_since
+
+
+def _in_list(row: AdmissionAudit, more: dict[str, str]) -> bool:
+    """Whether a row of the latest admissions belongs to a narrower list (LISTS' decision filters)."""
+    wanted = more.get("decision")
+    if wanted == WOULD_DENY:
+        return row.decision_label == "would deny"
+    return wanted is None or row.decision == wanted

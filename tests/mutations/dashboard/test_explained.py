@@ -1,7 +1,7 @@
 """Denials the dashboard explains, audit-only rows shown as rehearsals, and links between rows and configuration."""
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import yaml
@@ -261,8 +261,58 @@ def test_a_model_page_that_runs_out_of_time_links_to_the_full_history(staff_clie
     page = page_of(staff_client.get(f"/dashboard/models/{QWEN}/"))
     assert "Not found within the page's time budget" in section(page, "Latest denials")
     assert "Not found within the page's time budget" in section(page, "Latest admissions")
-    assert searches == [selectors.SEARCH_BUDGET_MS]  # the narrower lists do not search again what ran out
+    # one search, within the page's budget: the narrower lists do not search again what ran out
+    assert len(searches) == 1 and 0 < searches[0] <= selectors.SEARCH_BUDGET_MS
     assert 'href="/dashboard/history/?reason=%28catalog+Qwen2.5-7B-Instruct%29">the full history</a>' in page
+
+
+def test_a_model_page_cut_short_says_how_far_back_it_searched_and_links_to_older(staff_client, monkeypatch):
+    """One budget for the page: the latest admissions are searched newest first; the denials and rehearsed
+    denials among fewer than a page of them are picked from them, over the same time, without searching again."""
+    from contextlib import contextmanager
+
+    from mutations.audit import selectors
+
+    now = timezone.now()
+    mark = f"(catalog {QWEN})"
+    denied = audit_row(decision="denied", reason=f"too large {mark}", created_at=now - timedelta(minutes=5))
+    would_deny = audit_row(decision="audit-only", reason=f"would deny: too large {mark}",
+                           created_at=now - timedelta(minutes=6))
+    older = audit_row(decision="denied", reason=f"too large {mark}", created_at=now - timedelta(hours=3))
+    real_budget, slices = selectors.time_budget, []
+
+    @contextmanager
+    def second_slice_out_of_time(budget_ms):
+        slices.append(budget_ms)
+        if len(slices) == 2:
+            raise selectors.OutOfTime("statement timeout")
+        with real_budget(budget_ms):
+            yield
+
+    monkeypatch.setattr(selectors, "time_budget", second_slice_out_of_time)
+    page = page_of(staff_client.get(f"/dashboard/models/{QWEN}/"))
+    assert len(slices) == 2 and slices[1] <= slices[0] <= selectors.SEARCH_BUDGET_MS  # one search, one budget
+    assert detail_ids(section(page, "Latest admissions")) == {denied.id, would_deny.id}
+    assert detail_ids(section(page, "Latest denials")) == {denied.id}
+    assert detail_ids(section(page, "What enforce would deny (audit-only)")) == {would_deny.id}
+    since = re.search(r"Searched back to (\S+ \S+) UTC: the search stopped there", page).group(1)
+    searched_since = datetime.fromisoformat(since + "+00:00")
+    assert now - timedelta(hours=1, seconds=1) <= searched_since <= timezone.now() - timedelta(hours=1)
+    link = re.search(r'<a href="([^"]+)">Search older admissions</a>', page).group(1).replace("&amp;", "&")
+    monkeypatch.setattr(selectors, "time_budget", real_budget)
+    assert detail_ids(page_of(staff_client.get(link))) == {older.id}
+
+
+def test_a_model_page_with_a_page_of_admissions_searches_its_denials_on_their_own(staff_client):
+    now = timezone.now()
+    mark = f"(catalog {QWEN})"
+    for minutes in range(1, 12):  # more than a page of conversions, newer than the denial
+        audit_row(reason=f"converted {mark}", created_at=now - timedelta(minutes=minutes))
+    denied = audit_row(decision="denied", reason=f"too large {mark}", created_at=now - timedelta(hours=2))
+    page = page_of(staff_client.get(f"/dashboard/models/{QWEN}/"))
+    assert len(detail_ids(section(page, "Latest admissions"))) == 10
+    assert detail_ids(section(page, "Latest denials")) == {denied.id}
+    assert "Searched back to" not in page
 
 
 def test_a_model_no_longer_in_the_catalog_still_has_a_page(staff_client):
