@@ -53,8 +53,6 @@ def privileged_violations(*, spec: JsonObject, containers: list[Container], poli
     """Every way a GPU Pod could reach every GPU of its node past its vGPUs, when the policy denies it."""
     if not policy.deny_privileged:
         return []
-    why = (f"it would see every GPU on the node and escape vGPU memory isolation, so namespace policy "
-           f"{policy.namespace!r} denies it in GPU Pods")
     found: list[Denial] = []
     for container in containers:
         context = container.body.get("securityContext") or {}
@@ -66,16 +64,22 @@ def privileged_violations(*, spec: JsonObject, containers: list[Container], poli
                 "GPU Pods: remove securityContext.privileged",
                 policy, f"remove securityContext.privileged from container {container.name!r}",
             ))
-        found += _capabilities_check(container, context, why, policy)
-        found += _environment_check(container, why, policy)
-    return found + _host_paths_check(spec, why, policy)
+        found += _capabilities_check(container, context, policy)
+        found += _environment_check(container, policy)
+    return found + _host_paths_check(spec, policy)
+
+
+def _why(policy: PolicySpec) -> str:
+    """Why the policy denies it (built only for a Pod it denies)."""
+    return (f"it would see every GPU on the node and escape vGPU memory isolation, so namespace policy "
+            f"{policy.namespace!r} denies it in GPU Pods")
 
 
 def _privileged(field: str, message: str, policy: PolicySpec, fix: str) -> Denial:
     return Denial(field, message, rule="policy.deny_privileged", policy=policy.namespace, fix=fix)
 
 
-def _capabilities_check(container: Container, context: object, why: str, policy: PolicySpec) -> list[Denial]:
+def _capabilities_check(container: Container, context: object, policy: PolicySpec) -> list[Denial]:
     capabilities = context.get("capabilities") if isinstance(context, dict) else None
     added = capabilities.get("add") if isinstance(capabilities, dict) else None
     found = []
@@ -85,13 +89,13 @@ def _capabilities_check(container: Container, context: object, why: str, policy:
             found.append(_privileged(
                 f"{container.path}.securityContext.capabilities.add[{index}]",
                 f"container {container.name!r} adds capability {name!r}, which reaches the node's devices "
-                f"directly; {why}: remove it from securityContext.capabilities.add",
+                f"directly; {_why(policy)}: remove it from securityContext.capabilities.add",
                 policy, f"remove {name!r} from securityContext.capabilities.add of container {container.name!r}",
             ))
     return found
 
 
-def _environment_check(container: Container, why: str, policy: PolicySpec) -> list[Denial]:
+def _environment_check(container: Container, policy: PolicySpec) -> list[Denial]:
     env = container.body.get("env")
     found = []
     for index, variable in enumerate(env if isinstance(env, list) else ()):
@@ -105,8 +109,8 @@ def _environment_check(container: Container, why: str, policy: PolicySpec) -> li
             found.append(_privileged(
                 field,
                 f"container {container.name!r} sets NVIDIA_VISIBLE_DEVICES to {shown}; the NVIDIA runtime then "
-                f"exposes those GPUs whatever vGPUs were allocated, and {why}: remove it (the vGPU device plugin "
-                "sets it)",
+                f"exposes those GPUs whatever vGPUs were allocated, and {_why(policy)}: remove it (the vGPU "
+                "device plugin sets it)",
                 policy, f"remove NVIDIA_VISIBLE_DEVICES from the env of container {container.name!r}",
             ))
         if name == "NVIDIA_DRIVER_CAPABILITIES" and (text is None or "all" in text.replace(" ", "").split(",")):
@@ -114,14 +118,14 @@ def _environment_check(container: Container, why: str, policy: PolicySpec) -> li
             found.append(_privileged(
                 field,
                 f"container {container.name!r} sets NVIDIA_DRIVER_CAPABILITIES to {shown}, every driver "
-                f"capability of the node's devices; {why}: remove it or name only what it needs, "
+                f"capability of the node's devices; {_why(policy)}: remove it or name only what it needs, "
                 "such as compute,utility",
                 policy, f"set NVIDIA_DRIVER_CAPABILITIES of container {container.name!r} to compute,utility",
             ))
     return found
 
 
-def _host_paths_check(spec: JsonObject, why: str, policy: PolicySpec) -> list[Denial]:
+def _host_paths_check(spec: JsonObject, policy: PolicySpec) -> list[Denial]:
     volumes = spec.get("volumes")
     found = []
     for index, volume in enumerate(volumes if isinstance(volumes, list) else ()):
@@ -136,7 +140,7 @@ def _host_paths_check(spec: JsonObject, why: str, policy: PolicySpec) -> list[De
             found.append(_privileged(
                 f"spec.volumes[{index}].hostPath.path",
                 f"volume {volume.get('name')!r} mounts {path!r} from the node, which holds its GPU devices or "
-                f"the NVIDIA driver; {why}: remove the hostPath volume",
+                f"the NVIDIA driver; {_why(policy)}: remove the hostPath volume",
                 policy, f"remove the hostPath volume {volume.get('name')!r}",
             ))
     return found
@@ -207,6 +211,8 @@ def _plain_mib(container: Container, value: object) -> int:
     # Volcano reads vgpu-memory as an integer of MiB: "16Gi" would become bytes and overflow. ASCII digits
     # only: str.isdigit() also takes "²", which int() refuses.
     text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    if text.isascii() and text.isdigit() and len(text) <= 19 and 1 <= int(text) <= MAX_VGPU_MEMORY_MIB:
+        return int(text)  # the usual case, without the regular expression and the field's name
     field = f"{container.path}.resources.limits[{VGPU_MEMORY}]"
     if not _ASCII_DIGITS.fullmatch(text):
         raise Denial(
@@ -226,13 +232,14 @@ def _plain_mib(container: Container, value: object) -> int:
 
 
 def _whole(container: Container, limits: JsonObject, key: str) -> int:
-    field = f"{container.path}.resources.limits[{key}]"
     try:
         value = parse_quantity(limits[key])
     except QuantityError as exc:
+        field = f"{container.path}.resources.limits[{key}]"  # built only when it is needed
         raise Denial(field, f"{field}: {exc}; use a whole number", rule="volcano.value",
                      fix=f"write {key} as a whole number") from None
     if value != value.to_integral_value() or value < 0:
+        field = f"{container.path}.resources.limits[{key}]"
         raise Denial(field, f"{field}: {limits[key]!r} must be a whole, non-negative number", rule="volcano.value",
                      fix=f"write {key} as a whole, non-negative number")
     return int(value)

@@ -177,12 +177,14 @@ class _Mutation:
                                   grants=tuple(self.grants), warnings=tuple(self.warnings),
                                   queue=self.queue, priority_class=self.priority_class)
 
-        if self.pod == self.original:
-            reason = "already converted" if has_vgpu(self.original) else "no GPU request"
-            return answer(Decision.UNCHANGED, self.original, reason)
+        # A grant wrote vGPU resources into a container that had none (_convert refuses one that has): the Pod
+        # differs from the original then, and only otherwise is the whole Pod compared.
         if self.grants:
             total = sum(g.vgpu_number for g in self.grants)
             reason = f"converted {total} GPU(s) to vGPUs ({source})"
+        elif self.pod == self.original:
+            reason = "already converted" if has_vgpu(self.original) else "no GPU request"
+            return answer(Decision.UNCHANGED, self.original, reason)
         else:
             reason = "set scheduler and resource defaults"
         if self.policy.mode is Mode.AUDIT_ONLY:
@@ -240,12 +242,13 @@ class _Mutation:
         values = {}
         for part, source in (("limits", limits), ("requests", requests)):
             if GPU_RESOURCE in source:
-                field = f"{container.path}.resources.{part}[{GPU_RESOURCE}]"
                 try:
                     values[part] = parse_quantity(source[GPU_RESOURCE])
                 except QuantityError as exc:
+                    field = f"{container.path}.resources.{part}[{GPU_RESOURCE}]"  # built only when it is needed
                     raise Denial(field, f"{field}: {exc}; use a whole number of GPUs or a fraction below 1") from None
                 if values[part] < 0:
+                    field = f"{container.path}.resources.{part}[{GPU_RESOURCE}]"
                     raise Denial(field, f"{field}: {source[GPU_RESOURCE]!r} is negative; use a whole number of GPUs")
         if len(values) == 2 and values["limits"] != values["requests"]:
             raise Denial(
@@ -256,12 +259,13 @@ class _Mutation:
         return values["limits"] if "limits" in values else values["requests"]  # the caller saw one of them
 
     def _grant(self, container: Container, count: Decimal, sizing: Sizing) -> tuple[int, int, int | None]:
-        field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
         if count == count.to_integral_value():
             if count > 1024:
-                raise Denial(field, f"container {container.name!r}: {count} GPUs is not a plausible request",
+                raise Denial(f"{container.path}.resources.limits[{GPU_RESOURCE}]",
+                             f"container {container.name!r}: {count} GPUs is not a plausible request",
                              fix=f"ask for the number of GPUs the container uses ({GPU_RESOURCE})")
             return int(count), sizing.vgpu_memory_mib, sizing.vgpu_cores_percent
+        field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
         if count > 1:
             raise Denial(
                 field,
