@@ -28,7 +28,6 @@ from ..engine import (
     Catalog,
     Decision,
     MutationContext,
-    PolicySpec,
     pod_from_inputs,
     pod_verdict,
 )
@@ -117,9 +116,9 @@ class _Outcomes:
             found = self._found[key] = Outcome(decision, reason, preset, grants)
         return found
 
-    def decided(self, pod: dict, namespace: str, catalog: Catalog, policy: PolicySpec) -> Outcome:
-        """The engine's decision for a Pod under a Catalog (pod_verdict: mutate_pod's, without the Pod)."""
-        verdict = pod_verdict(pod, MutationContext(namespace=namespace, policy=policy, catalog=catalog))
+    def decided(self, pod: dict, ctx: MutationContext) -> Outcome:
+        """The engine's decision for a Pod in a context (pod_verdict: mutate_pod's, without the Pod)."""
+        verdict = pod_verdict(pod, ctx)
         return self.get(verdict.decision.value, verdict.reason, verdict.preset,
                         tuple((g.container, g.init, g.vgpu_number, g.vgpu_memory_mib or 0, g.vgpu_cores_percent)
                               for g in verdict.grants))
@@ -169,6 +168,16 @@ class _Decider:
         self.rebuild_seconds = self.engine_seconds = 0.0
         # The containers' JSON, parsed once per distinct text: Pods share a few (the engine never edits them).
         self._containers: dict[str, list] = {}
+        # Each namespace's contexts (before, before recording its reads, after): built once, never edited.
+        self._contexts: dict[str, tuple[MutationContext, MutationContext, MutationContext]] = {}
+
+    def _contexts_of(self, namespace: str) -> tuple[MutationContext, MutationContext, MutationContext]:
+        policy_before, policy_after = self.comparison.policies(namespace)
+        found = self._contexts[namespace] = (
+            MutationContext(namespace=namespace, policy=policy_before, catalog=self.before),
+            MutationContext(namespace=namespace, policy=policy_before, catalog=cast(Catalog, self.reading)),
+            MutationContext(namespace=namespace, policy=policy_after, catalog=self.after))
+        return found
 
     def decide(self, key: Key, need_before: bool) -> tuple[Outcome | None, Outcome]:
         clock = time.perf_counter
@@ -181,20 +190,20 @@ class _Decider:
         rebuilt = clock()
         outcome_of = self.outcomes.decided
         self.rebuild_seconds += rebuilt - started
-        policy_before, policy_after = self.comparison.policies(namespace)
+        before, reading, after = self._contexts.get(namespace) or self._contexts_of(namespace)
         was = None
         try:
             if need_before:
                 self.runs += 1
                 if not self.prune:
-                    was = outcome_of(pod, namespace, self.before, policy_before)
+                    was = outcome_of(pod, before)
                 else:
                     self.reading.reads.clear()
-                    was = outcome_of(pod, namespace, cast(Catalog, self.reading), policy_before)
+                    was = outcome_of(pod, reading)
                     if self.comparison.agrees(namespace, self.reading.reads):
                         return was, was  # nothing it read differs in the draft: the draft decides the same
             self.runs += 1
-            return was, outcome_of(pod, namespace, self.after, policy_after)
+            return was, outcome_of(pod, after)
         finally:
             self.engine_seconds += clock() - rebuilt
 

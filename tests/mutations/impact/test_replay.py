@@ -292,3 +292,51 @@ def test_a_replay_stopped_early_stops_its_second_process(admitted, monkeypatch):
     steps.close()  # as a closed stream does
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)  # no child left, not even a zombie
+
+
+def replicas_history() -> list[dict]:
+    """Deployments' replicas (Pods with equal inputs) among Pods that differ from them in one thing the engine
+    reads: an annotation's value, a container's GPUs, the namespace, one more annotation. Shuffled (seeded)."""
+    import random
+
+    def sized(size: str, namespace: str = "team-a", gpus: str = "1", **extra: str) -> dict:
+        return pods.vllm_deployment_pod(gpus=gpus, namespace=namespace, model=None,
+                                        annotations={"volcano-injector.io/model-size": size, **extra})
+
+    found = [sized("7B") for _ in range(8)]
+    found += [sized("13B") for _ in range(4)]  # the model-size annotation
+    found += [sized("7B", gpus="2") for _ in range(4)]  # the container's resources
+    found += [sized("7B", namespace="team-c") for _ in range(4)]  # the namespace (a 40,000 MiB cap)
+    found += [sized("7B", **{"volcano-injector.io/vgpu-memory": "20000"}) for _ in range(3)]  # one more annotation
+    random.Random(15).shuffle(found)
+    return found
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["todays-version", "older-version"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pods_with_equal_inputs_are_decided_once_and_the_report_equals_the_rerun(post_review, older, workers,
+                                                                                  monkeypatch):
+    """The replay decides each distinct (namespace, inputs, containers) once and shares the answer between the
+    rows that have it (a Deployment's replicas); rows that differ in one value the engine reads are decided
+    apart, so the report equals the engine re-run on every original Pod, Pod by Pod."""
+    from mutations.impact import impact_replay, replay
+
+    monkeypatch.setattr(replay, "PARALLEL_MIN_PODS", 2)
+    NamespacePolicy.objects.create(namespace="team-c", max_vgpu_memory_mib=40000)
+    sent = replicas_history()
+    for pod in sent:
+        post_review(pods.review(copy.deepcopy(pod)))
+    if older:  # every row decided again under today's configuration too, through the same memo
+        AdmissionAudit.objects.update(config_version=0)
+    seven = Preset.objects.get(name="llm-7b")
+    after = draft_catalog(draft=draft_from_api(object_type="preset", object_id=seven.pk,
+                                               data={"vgpu_memory_mib": 40960}))
+    report = impact_replay(before=catalog_current(), after=after, workers=workers)
+    want = expected(sent, after)
+    assert (report.changed, report.now_denied, sum(report.mib_before.values()), sum(report.mib_after.values())) == (
+        want["changed"], want["now_denied"], want["mib_before"], want["mib_after"])
+    assert {n: (report.mib_before[n], report.mib_after[n]) for n in report.mib_before} == want["per_namespace"]
+    assert (report.admissions, report.distinct_pods) == (len(sent), 5)
+    # Each kind of Pod gets its own answer: the 13B, two-GPU and pinned-memory ones keep or change theirs
+    # apart from the 7B replicas, and only team-c's are refused by its cap.
+    assert want["now_denied"] == 4 and 0 < want["changed"] < len(sent)
