@@ -236,6 +236,41 @@ def _scanned_rows(queryset: QuerySet[AdmissionAudit], *, size: int, start: datet
     return rows, None
 
 
+# The API's list (GET /api/v1/audit/?reason=...) pages with Django REST framework's cursors over a queryset: its
+# bound is a time from which the page's rows are all found, searched as the history's are (SCAN_FIRST_SLICE,
+# doubling) but counting matches, within API_SEARCH_BUDGET_MS. The page is then read from those rows alone, which
+# costs no more than finding them did: the request stays within about HISTORY_SEARCH_BUDGET_MS.
+API_SEARCH_BUDGET_MS = HISTORY_SEARCH_BUDGET_MS // 2
+
+
+@dataclass(frozen=True)
+class SearchWindow:
+    """Where a bounded search found enough rows: read the rows from `since` on (None: all of them). When `cut`,
+    the time ran out first, and the rows from `since` on are every match there is in what was searched."""
+
+    since: datetime | None
+    cut: bool = False
+
+
+def search_window(queryset: QuerySet[Any], *, start: datetime, need: int, budget_ms: int) -> SearchWindow:
+    """How far back from `start` the matches of `queryset` (newest first, the first slice open above) must be
+    read to find `need` of them, counted in time slices within `budget_ms`."""
+    deadline = time.monotonic() + budget_ms / 1000
+    found, newer, width = 0, None, SCAN_FIRST_SLICE
+    for i in range(SCAN_SLICES + 1):
+        older = start - width if i < SCAN_SLICES else None
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        counted = count_within(_between(queryset, older, newer).order_by().values("id")[: need - found],
+                               budget_ms=left_ms) if left_ms >= 1 else None
+        if counted is None:
+            return SearchWindow(since=newer or start, cut=True)
+        found += counted
+        if found >= need:
+            return SearchWindow(since=older)
+        newer, width = older, width * 2
+    return SearchWindow(since=None)
+
+
 # Filters the daily rollup cannot answer (ROLLUP_FILTERS, below): history counts the rows that match up to
 # COUNT_LIMIT (20 pages), then says "more than": a COUNT over a LIMITed subquery reads at most
 # COUNT_LIMIT + 1 index entries or rows, never the whole table. It counts the newest day first, then the rest

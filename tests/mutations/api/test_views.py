@@ -1,6 +1,6 @@
 """GET /api/v1/audit/: the same filters as the dashboard, cursor pages, read-only, staff only."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -127,3 +127,62 @@ def test_staff_without_the_audit_view_permission_is_refused(client, django_user_
     client.force_login(django_user_model.objects.create_user("helpdesk", password="pw-for-tests-only", is_staff=True))
     response = client.get("/api/v1/audit/")
     assert response.status_code == 403 and "view_admissionaudit" in response.json()["detail"]
+
+
+def test_a_reason_search_out_of_time_says_how_far_back_it_read_and_next_goes_on(api, monkeypatch):
+    from contextlib import contextmanager
+
+    from mutations.audit import selectors
+
+    now = timezone.now()
+    newest = audit_row(request_uid="newest", reason="denied: max_vgpu_memory_mib",
+                       created_at=now - timedelta(minutes=5))
+    audit_row(request_uid="other", reason="converted", created_at=now - timedelta(minutes=6))
+    audit_row(request_uid="older", reason="denied: max_vgpu_memory_mib", created_at=now - timedelta(hours=3))
+    real_budget, slices = selectors.time_budget, []
+
+    @contextmanager
+    def second_slice_out_of_time(budget_ms):
+        slices.append(budget_ms)
+        if len(slices) == 2:
+            raise selectors.OutOfTime("statement timeout")
+        with real_budget(budget_ms):
+            yield
+
+    monkeypatch.setattr(selectors, "time_budget", second_slice_out_of_time)
+    body = api.get("/api/v1/audit/?reason=max_vgpu_memory_mib").json()
+    assert [r["request_uid"] for r in body["results"]] == [newest.request_uid]
+    assert len(slices) == 2 and slices[0] <= selectors.HISTORY_SEARCH_BUDGET_MS
+    searched_since = datetime.fromisoformat(body["searched_since"].replace("Z", "+00:00"))
+    assert now - timedelta(hours=1, seconds=1) <= searched_since <= timezone.now() - timedelta(hours=1)
+    assert "until=" in body["next"] and "cursor=" not in body["next"]
+    monkeypatch.setattr(selectors, "time_budget", real_budget)
+    rest = api.get(body["next"]).json()
+    assert [r["request_uid"] for r in rest["results"]] == ["older"] and rest["searched_since"] is None
+    assert rest["next"] is None
+
+
+def test_a_reason_search_in_time_pages_with_cursors_and_says_nothing_was_left_out(api):
+    now = timezone.now()
+    for i in range(5):
+        audit_row(request_uid=f"r{i}", reason="denied: max_vgpu_memory_mib", created_at=now - timedelta(hours=i * 7))
+        audit_row(request_uid=f"x{i}", reason="converted", created_at=now - timedelta(hours=i * 7, minutes=1))
+    pages = [api.get("/api/v1/audit/?reason=max_vgpu_memory_mib&page_size=2").json()]
+    while pages[-1]["next"]:
+        pages.append(api.get(pages[-1]["next"]).json())
+    assert [[r["request_uid"] for r in page["results"]] for page in pages] == [["r0", "r1"], ["r2", "r3"], ["r4"]]
+    assert all(page["searched_since"] is None for page in pages)
+    back = api.get(pages[-1]["previous"]).json()
+    assert [r["request_uid"] for r in back["results"]] == ["r2", "r3"]
+
+
+def test_the_schema_describes_how_far_back_a_reason_search_read(api, staff):
+    staff.is_superuser = True
+    staff.save()
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    listing = schema["paths"]["/api/v1/audit/"]["get"]
+    assert "searched_since" in listing["description"]
+    page = listing["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    searched_since = schema["components"]["schemas"][page]["properties"]["searched_since"]
+    assert searched_since["format"] == "date-time" and searched_since["nullable"]
+    assert "`next` continues the search with older rows" in searched_since["description"]
