@@ -447,6 +447,38 @@ def test_staff_without_the_audit_view_permission_is_refused_as_the_admin_refuses
     assert client.get("/admin/mutations/admissionaudit/").status_code == 403
 
 
+def row_cells(page: str, row) -> list[str]:
+    """The cells of the history table's row for `row`: from its <tr> to the next."""
+    start = page.rindex("<tr", 0, page.index(f"admissions/{row.id}/"))
+    return re.findall(r"<td[^>]*>(.*?)</td>", page[start:page.index("</tr>", start)])
+
+
+def test_history_row_shows_each_cell_as_written_escaped_with_links_to_preset_model_and_admission(staff_client):
+    moment = timezone.now().astimezone(UTC).replace(microsecond=0) - timedelta(minutes=3)
+    row = audit_row(created_at=moment, pod_name="<i>qwen</i>", generate_name="", namespace="team-<x>",
+                    reason="sized 1 vGPU (catalog Qwen2.5-7B-Instruct) & more", preset_name="llm-7b",
+                    owner_kind="Job", owner_name="batch-1", gpus_requested="0.5", vgpus_granted=1,
+                    vgpu_memory_mib=24576, duration_ms=3.25, caller_verified=True)
+    whole = audit_row(created_at=moment - timedelta(seconds=1), gpus_requested=2, vgpus_granted=2,
+                      vgpu_memory_mib=0, preset_name="", duration_ms=0.04, decision="error")
+    page = staff_client.get("/dashboard/history/").content.decode()
+    cells = row_cells(page, row)
+    assert cells[0].endswith(f'>{moment:%Y-%m-%d %H:%M:%S}</a>')
+    assert cells[1] == '<span class="badge mutated">mutated</span>'
+    assert cells[2] == "team-&lt;x&gt;"
+    assert cells[3].endswith(">&lt;i&gt;qwen&lt;/i&gt;</a>")
+    assert cells[4] == "sized 1 vGPU (catalog Qwen2.5-7B-Instruct) &amp; more"
+    assert cells[5:7] == ["Job/batch-1", "alice@example.com"]
+    assert cells[7] == ('<a href="/dashboard/presets/llm-7b/">llm-7b</a><br>'
+                        '<a class="model-link" href="/dashboard/models/Qwen2.5-7B-Instruct/">Qwen2.5-7B-Instruct</a>')
+    assert cells[8:] == ["0.500", "1", "24576 MiB", "3.2"]
+    assert f'href="/dashboard/admissions/{row.id}/?day={moment:%Y-%m-%d}"' in cells[0]
+    other = row_cells(page, whole)
+    assert other[1] == '<span class="badge error">error</span>'
+    assert other[7:] == ["", "2", "2", "", "0.0"]
+    assert "<i>qwen</i>" not in page and "team-<x>" not in page
+
+
 def test_rows_mark_a_caller_that_proved_nothing_and_escape_the_user_it_claimed(staff_client):
     # Denied: the overview lists the latest problems too.
     audit_row(username="<b>mallory</b>", caller_verified=False, namespace="team-x", decision="denied")
