@@ -147,6 +147,11 @@ class AdmissionAudit(models.Model):
             # count read the window's rows by time, every one of them when there were fewer than the bound.
             models.Index(fields=["-created_at", "-id"], name="audit_would_deny",
                          condition=WOULD_DENY_ROWS),
+            # The same rows by namespace: a namespace's rehearsal counts its would-deny rows of the week and
+            # reads its newest ones (rehearsal.py). Through audit_would_deny it read every namespace's rows of
+            # the week and dropped the others' (29,000 at 20,000,000 rows: 150 ms).
+            models.Index(fields=["namespace", "created_at", "id"], name="audit_would_deny_namespace",
+                         condition=WOULD_DENY_ROWS),
             # History free text on the Pod's name, WHERE pod_name LIKE '%term%' OR generate_name LIKE
             # '%term%', uses the trigram GIN index audit_pod_names_trgm on both columns (one bitmap scan
             # of it per column). Migrations 0002 and 0006 create it on PostgreSQL only and it is not

@@ -25,7 +25,7 @@ from .rollup import HOURLY
 REHEARSAL_DAYS = 7
 # Would-deny rows read to group them by the rule that would deny (the newest first): enough to rank the rules
 # of any namespace, bounded for the database and the page. The page says when it read fewer than there are.
-RULE_ROWS_READ = 2_000
+RULE_ROWS_READ = 500
 # The namespace's newest admissions read for the policies they were decided under (the page says "of its
 # newest N" when the window holds more): a DISTINCT over the whole window read every row of it.
 POLICY_ROWS_READ = 1_000

@@ -138,3 +138,22 @@ def test_the_overviews_would_deny_count_reads_only_those_rows(filled):
     plan = explain(captured.captured_queries[-1]["sql"])
     assert not sequential_scans(plan) and "audit_would_deny" in plan, plan
     assert "audit_created" not in plan, plan
+
+
+def test_a_namespaces_rehearsal_reads_its_own_would_deny_rows_only(filled):
+    """The rehearsal's count of one namespace's would-deny rows and its newest ones (rehearsal.py) read the
+    partial index by namespace; through the time-only one they read every namespace's rows of the week."""
+    from django.test.utils import CaptureQueriesContext
+
+    from mutations.audit import rehearsal
+
+    namespace = AdmissionAudit.objects.filter(rehearsal.WOULD_DENY_ROWS).values_list("namespace", flat=True)[0]
+    with CaptureQueriesContext(connection) as captured:
+        page = rehearsal.namespace_rehearsal(namespace=namespace)
+    assert page.would_deny and page.rules_read
+    reads = [q["sql"] for q in captured.captured_queries if "would deny" in q["sql"]]
+    assert len(reads) == 2, reads  # the count (with the rollup's) and the newest rows
+    for sql in reads:
+        plan = explain(sql)
+        assert not sequential_scans(plan) and "audit_would_deny_namespace" in plan, plan
+        assert "audit_would_deny " not in plan, plan
