@@ -116,10 +116,10 @@ class AdmissionAudit(models.Model):
         ordering = ["-created_at", "-id"]
         verbose_name = "admission audit record"
         indexes = [
-            # The writer's replay check, request_uid = ANY(batch) AND created_at within the replay window
-            # (one or two partitions), uses audit_request_uid_hash: a hash index, a third of a btree's
-            # bytes per row, made by migration 0015 on PostgreSQL only and not declared here (SQLite,
-            # for development, has no hash index; 0015 gives it a plain one).
+            # The writer's replay check, request_uid = ANY(batch) in each partition within AUDIT_REPLAY_WINDOW of
+            # the batch, reads a hash index on request_uid that only the partitions of the recent days have
+            # (and DEFAULT): made with each partition, dropped as its day ages (partitions.UID_INDEX_DAYS_BEHIND,
+            # migration 0021). Not declared here: SQLite (development) keeps 0015's plain index.
             # History unfiltered, newest first, keyset pages and time ranges:
             # ORDER BY created_at DESC, id DESC WHERE (created_at, id) < cursor LIMIT n+1; also history
             # filtered by decision (six values, the rarest 2 % of rows: the newest rows hold a page of

@@ -16,7 +16,7 @@ from injector_site.database import libpq_params
 from ..metrics import AUDIT_ROWS_WRITTEN
 from ..models import AdmissionAudit
 from .encoding import KINDS, TABLE, copy_text_value, row_decode
-from .partitions import ROLLUP_LOCK_KEY, audit_partitions_covering, audit_partitions_create
+from .partitions import ROLLUP_LOCK_KEY, audit_partitions_covering, audit_partitions_create, audit_uid_indexes_trim
 
 if TYPE_CHECKING:  # psycopg is imported where it is used: the SQLite fallback runs without a connection
     import psycopg
@@ -233,6 +233,16 @@ class PsycopgInserter:
             return
         if created:
             logger.info("audit partitions created", extra={"days": [d.isoformat() for d in created]})
+        try:
+            with conn.transaction(), conn.cursor() as cursor:
+                dropped = audit_uid_indexes_trim(cursor)
+        except Exception as exc:  # noqa: BLE001 - an old day's uid index costs bytes only; retried next time
+            self.close()
+            logger.info("audit uid indexes of old days not dropped yet; retried at the next partition check",
+                        extra={"error": f"{type(exc).__name__}: {exc}"[:500]})
+            return
+        if dropped:
+            logger.info("audit uid indexes of old days dropped", extra={"days": [d.isoformat() for d in dropped]})
 
     def close(self) -> None:
         if self._connection is not None:

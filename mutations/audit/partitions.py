@@ -28,6 +28,41 @@ ROLLUP_LOCK_KEY = 0x766F6C63616E01  # "volcan" + 1
 PARTITION_LOCK_KEY = 0x766F6C63616E02
 
 
+# The uid index of the writer's replay check (inserters.py: a batch's uids looked up in the partitions within
+# AUDIT_REPLAY_WINDOW, 10 minutes, of its rows): a hash index on request_uid, made on each partition of the
+# days from UID_INDEX_DAYS_BEHIND before today on (and DEFAULT), and dropped when its day is older
+# (audit_uid_indexes_trim): no check reads an older day, except a spool replayed days after an outage, which
+# then reads those days' rows in full and still finds every replay. At 20,000,000 rows the index took 37 bytes a
+# row on every day kept; on three days of ninety it takes about one (migration 0021, docs/audit-rollup.md).
+UID_INDEX_DAYS_BEHIND = 2
+UID_INDEX_SUFFIX = "_uid"
+
+
+def uid_index_create(cursor: Any, partition: str) -> None:
+    cursor.execute(f'CREATE INDEX IF NOT EXISTS "{partition}{UID_INDEX_SUFFIX}" ON "{partition}" '
+                   "USING hash (request_uid)")
+
+
+def audit_uid_indexes_trim(cursor: Any, *, today: date | None = None, lock_timeout_ms: int = 1000) -> list[date]:
+    """Drop the uid index of the day partitions older than UID_INDEX_DAYS_BEHIND days; returns their days.
+
+    DROP INDEX locks the old day's partition (ACCESS EXCLUSIVE) for a moment: behind a long read of it, it
+    waits `lock_timeout_ms` at most and fails; the caller retries later, in a transaction of its own."""
+    keep_from = (today or datetime.now(UTC).date()) - timedelta(days=UID_INDEX_DAYS_BEHIND)
+    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(lock_timeout_ms)}ms"])
+    cursor.execute("SELECT t.relname FROM pg_inherits i JOIN pg_class t ON t.oid = i.inhrelid "
+                   "JOIN pg_class c ON c.relname = t.relname || %s AND c.relkind = 'i' "
+                   "WHERE i.inhparent = %s::regclass", [UID_INDEX_SUFFIX, TABLE])
+    dropped = []
+    for (name,) in cursor.fetchall():
+        match = _NAME.match(name)
+        day = date(int(match.group(1)[:4]), int(match.group(1)[4:6]), int(match.group(1)[6:])) if match else None
+        if day is not None and day < keep_from:
+            cursor.execute(f'DROP INDEX "{name}{UID_INDEX_SUFFIX}"')
+            dropped.append(day)
+    return sorted(dropped)
+
+
 def partition_name(day: date) -> str:
     return f"{TABLE}_p{day:%Y%m%d}"
 
@@ -116,17 +151,20 @@ def audit_partitions_create(cursor: Any, *, days_behind: int = DAYS_BEHIND, days
     for offset in range(-days_behind, days_ahead + 1):
         day = today + timedelta(days=offset)
         if day not in existing:
-            partition_create(cursor, day)
+            partition_create(cursor, day, uid_index=day >= today - timedelta(days=UID_INDEX_DAYS_BEHIND))
             created.append(day)
     return created
 
 
-def partition_create(cursor: Any, day: date) -> None:
-    """Create one day's partition, taking that day's rows out of the DEFAULT partition."""
+def partition_create(cursor: Any, day: date, *, uid_index: bool = True) -> None:
+    """Create one day's partition, taking that day's rows out of the DEFAULT partition; with its uid index
+    (UID_INDEX_DAYS_BEHIND) unless `uid_index` is false (an older day)."""
     name = partition_name(day)
     low, high = _bound(day), _bound(day + timedelta(days=1))
     cursor.execute(f'CREATE TABLE "{name}" (LIKE "{TABLE}" INCLUDING DEFAULTS INCLUDING CONSTRAINTS '
                    "INCLUDING STORAGE INCLUDING COMPRESSION)")
+    if uid_index:
+        uid_index_create(cursor, name)
     # Straight from partition to partition: the table's statement triggers (the rollup) do not fire,
     # and the rows stay counted once.
     cursor.execute(f'WITH moved AS (DELETE FROM "{DEFAULT_PARTITION}" WHERE created_at >= {low} '

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
-from mutations.audit.partitions import DAYS_AHEAD, DAYS_BEHIND, audit_partitions_create
+from mutations.audit.partitions import DAYS_AHEAD, DAYS_BEHIND, audit_partitions_create, audit_uid_indexes_trim
 
 
 class Command(BaseCommand):
@@ -30,3 +30,8 @@ class Command(BaseCommand):
             created = audit_partitions_create(cursor, days_behind=days_behind, days_ahead=days_ahead)
         days = ", ".join(d.isoformat() for d in created) or "none missing"
         self.stdout.write(f"created {len(created)} audit partitions: {days}")
+        with transaction.atomic(), connection.cursor() as cursor:  # as the writer does, after the days are made
+            dropped = audit_uid_indexes_trim(cursor)
+        if dropped:
+            self.stdout.write(f"dropped the uid index (replay check) of {len(dropped)} older days: "
+                              f"{', '.join(d.isoformat() for d in dropped)}")

@@ -133,7 +133,65 @@ def test_a_new_days_indexes_are_the_tables_and_its_trigram_index_has_a_small_pen
         indexes = dict(cursor.fetchall())
     # a small pending list: cheap inserts (0016) without the 4 MB of list pages per day the default keeps
     assert indexes["audit_pod_names_trgm"] == ["gin_pending_list_limit=512"]
-    assert {"audit_created", "audit_request_uid_hash", "mutations_admissionaudit_pkey"} <= set(indexes)
+    assert {"audit_created", "mutations_admissionaudit_pkey"} <= set(indexes)
+    assert uid_indexes() >= {partitions.partition_name(day), partitions.DEFAULT_PARTITION}
+
+
+def uid_indexes() -> set[str]:
+    """The partitions that have the replay check's uid index (a hash index on request_uid of their own)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT t.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid "
+                       "JOIN pg_class t ON t.oid = x.indrelid JOIN pg_am a ON a.oid = c.relam "
+                       "JOIN pg_attribute col ON col.attrelid = t.oid AND col.attnum = x.indkey[0] "
+                       "WHERE a.amname = 'hash' AND col.attname = 'request_uid' AND t.relname LIKE %s",
+                       [f"{TABLE}%"])
+        return {name for (name,) in cursor.fetchall()}
+
+
+@pytest.mark.django_db
+def test_only_the_days_a_replay_check_reads_keep_a_uid_index_and_an_aging_day_loses_it(capsys):
+    call_command("create_audit_partitions", "--days-behind", "6")
+    recent = {partitions.partition_name(today() + timedelta(days=n))
+              for n in range(-partitions.UID_INDEX_DAYS_BEHIND, partitions.DAYS_AHEAD + 1)}
+    older = {partitions.partition_name(today() - timedelta(days=n))
+             for n in range(partitions.UID_INDEX_DAYS_BEHIND + 1, 7)}
+    assert uid_indexes() >= recent | {partitions.DEFAULT_PARTITION}
+    assert not uid_indexes() & older
+    # Two days on, the writers' partition check drops the index of the days that aged past the window.
+    with connection.cursor() as cursor:
+        dropped = partitions.audit_uid_indexes_trim(cursor, today=today() + timedelta(days=2))
+    aged = {today() - timedelta(days=n) for n in (1, 2)}
+    assert set(dropped) == aged
+    assert not uid_indexes() & {partitions.partition_name(day) for day in aged}
+    assert partitions.partition_name(today()) in uid_indexes()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_of_a_day_without_its_uid_index_is_still_found_and_not_written_twice():
+    """A spool replayed days after an outage: its rows' day no longer has the uid index, the check reads the
+    day's rows instead and still keeps one row per uid."""
+    from mutations.audit.encoding import COLUMNS, row_encode
+    from tests.mutations.audit.test_writer import record
+
+    old_day = today() - timedelta(days=partitions.UID_INDEX_DAYS_BEHIND + 2)
+    had = set(partition_days())
+    call_command("create_audit_partitions", "--days-behind", str(partitions.UID_INDEX_DAYS_BEHIND + 2))
+    assert partitions.partition_name(old_day) not in uid_indexes()
+    moment = partitions.day_start(old_day) + timedelta(hours=12)
+    uid = row_at(moment)
+    lines = [row_encode(record(uid, created_at=moment)), row_encode(record("fresh-uid", created_at=moment))]
+    inserter = PsycopgInserter()
+    try:
+        written, rejected = inserter(COLUMNS, lines)
+    finally:
+        inserter.close()
+    assert (written, rejected) == (1, [])
+    assert AdmissionAudit.objects.filter(request_uid=uid).count() == 1
+    assert partition_of("fresh-uid") == partitions.partition_name(old_day)
+    with connection.cursor() as cursor:  # committed: leave the days as the other tests expect them
+        cursor.execute(f'TRUNCATE "{TABLE}"')
+        for day in set(partition_days()) - had:
+            cursor.execute(f'DROP TABLE "{partitions.partition_name(day)}"')
 
 
 def test_the_migration_triggers_and_the_code_take_the_same_rollup_lock():
