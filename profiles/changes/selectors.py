@@ -35,14 +35,6 @@ def change_list(*, object_type: str | None = None, object_id: int | None = None,
     return rows.order_by("-id")
 
 
-def change_at_version(*, object_type: str, name: str, version: int) -> ObjectChange | None:
-    """The last change at or below `version` of the object named `name` (its state then: postchange_data)."""
-    if not name or version <= 0:
-        return None
-    return (ObjectChange.objects.filter(object_type=object_type, object_repr=name, id__lte=version)
-            .order_by("-id").first())
-
-
 @dataclass(frozen=True)
 class FieldDiff:
     """One field of a change, before and after (None: the object did not exist)."""
