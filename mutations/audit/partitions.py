@@ -55,8 +55,7 @@ def audit_uid_indexes_trim(cursor: Any, *, today: date | None = None, lock_timeo
                    "WHERE i.inhparent = %s::regclass", [UID_INDEX_SUFFIX, TABLE])
     dropped = []
     for (name,) in cursor.fetchall():
-        match = _NAME.match(name)
-        day = date(int(match.group(1)[:4]), int(match.group(1)[4:6]), int(match.group(1)[6:])) if match else None
+        day = _day_of(name)
         if day is not None and day < keep_from:
             cursor.execute(f'DROP INDEX "{name}{UID_INDEX_SUFFIX}"')
             dropped.append(day)
@@ -80,12 +79,13 @@ def audit_partition_days(cursor: Any) -> list[date]:
     """The days that have a partition of their own, oldest first (the DEFAULT partition is not one)."""
     cursor.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
                    "WHERE i.inhparent = %s::regclass", [TABLE])
-    days = []
-    for (name,) in cursor.fetchall():
-        match = _NAME.match(name)
-        if match:
-            days.append(date(int(match.group(1)[:4]), int(match.group(1)[4:6]), int(match.group(1)[6:])))
-    return sorted(days)
+    return sorted(day for (name,) in cursor.fetchall() if (day := _day_of(name)) is not None)
+
+
+def _day_of(partition: str) -> date | None:
+    """The day of a day partition's name (partition_name); None for another relation (DEFAULT)."""
+    match = _NAME.match(partition)
+    return date(int(match[1][:4]), int(match[1][4:6]), int(match[1][6:])) if match else None
 
 
 # The smallest and largest id in each closed day's partition (before yesterday: the writer no longer adds
