@@ -6,4 +6,4 @@ class InjectorSiteConfig(AppConfig):
     verbose_name = "volcano-injector"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from .platform import checks  # noqa: F401  (registers the system checks)

@@ -8,7 +8,7 @@ Environment (defaults in brackets):
   GUNICORN_THREADS [2]               GUNICORN_TIMEOUT [30] seconds
   GUNICORN_GRACEFUL_TIMEOUT [25]     GUNICORN_KEEPALIVE [120] seconds
   GUNICORN_REQUEST_READ_SECONDS [5]  a connection's TLS handshake and whole request must arrive within
-                                     this, or it is closed (injector_site/request_gate.py)
+                                     this, or it is closed (injector_site/platform/request_gate.py)
   INJECTOR_MAX_BODY_BYTES [3145728]  larger bodies are not read (the app answers 413)
   TLS_CERT_FILE + TLS_KEY_FILE       both set: HTTPS; both unset: plain HTTP (dev, benchmarks)
   TLS_CLIENT_CA_FILE                 optional, comma-separated: verify client certificates against
@@ -16,7 +16,7 @@ Environment (defaults in brackets):
   TLS_RELOAD_INTERVAL_SECONDS [1]    how often a worker may stat the certificate files
   PROMETHEUS_MULTIPROC_DIR           created and emptied at start; dead workers are marked
   LOG_LEVEL [INFO]                   GUNICORN_ACCESS_LOG [off]
-The worker class, TLS reloading and the log format are in injector_site/workers.py, tls.py, logging.py.
+The worker class, TLS reloading and the log format are in injector_site/platform/workers.py, tls.py, logging.py.
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ _REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO_DIR not in sys.path:
     sys.path.append(_REPO_DIR)
 
-from injector_site.env import env, env_bool, env_float, env_int, env_list  # noqa: E402 - needs _REPO_DIR on sys.path
-from injector_site.gunicorn_logger import AccessLogWhenEnabled  # noqa: E402 - needs _REPO_DIR on sys.path
-from injector_site.tls import ReloadingSSLContext, tls_files_from_env  # noqa: E402 - needs _REPO_DIR on sys.path
-from injector_site.workers import BalancedThreadWorker, ConnectionCounts  # noqa: E402 - needs _REPO_DIR on sys.path
+from injector_site.platform.env import env, env_bool, env_float, env_int, env_list  # noqa: E402 - needs _REPO_DIR on sys.path
+from injector_site.platform.gunicorn_logger import AccessLogWhenEnabled  # noqa: E402 - needs _REPO_DIR on sys.path
+from injector_site.platform.tls import ReloadingSSLContext, tls_files_from_env  # noqa: E402 - needs _REPO_DIR on sys.path
+from injector_site.platform.workers import BalancedThreadWorker, ConnectionCounts  # noqa: E402 - needs _REPO_DIR on sys.path
 
 
 def _checked(read, *args, **kwargs):
-    """Call a reader from injector_site.env; a value it refuses stops the master with one line naming it."""
+    """Call a reader from injector_site.platform.env; a value it refuses stops the master with one line naming it."""
     try:
         return read(*args, **kwargs)
     except ImproperlyConfigured as exc:
@@ -110,7 +110,7 @@ graceful_timeout = _checked(env_int, "GUNICORN_GRACEFUL_TIMEOUT", 25, minimum=1)
 keepalive = _checked(env_int, "GUNICORN_KEEPALIVE", 120, minimum=1)
 # A client must send its whole request (TLS handshake, head and body) within this many seconds of
 # connecting, or of the first byte of its next request, or its connection is closed; no thread waits
-# for it meanwhile (injector_site/request_gate.py). Shorter than the webhook's timeoutSeconds (5):
+# for it meanwhile (injector_site/platform/request_gate.py). Shorter than the webhook's timeoutSeconds (5):
 # the API server sends a whole AdmissionReview in milliseconds.
 BalancedThreadWorker.request_read_seconds = _checked(env_float, "GUNICORN_REQUEST_READ_SECONDS", 5.0, minimum=0.1)
 BalancedThreadWorker.max_body_bytes = _checked(env_int, "INJECTOR_MAX_BODY_BYTES", 3 * 1024 * 1024, minimum=1024)
@@ -125,7 +125,7 @@ if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
 # failure with the traceback in the log, and a settings reload needs only a worker restart.
 preload_app = False
 
-# --- logging: one JSON object per line, in the app's schema (injector_site/logging.py) ----------
+# --- logging: one JSON object per line, in the app's schema (injector_site/platform/logging.py) ----------
 
 # The app logs one JSON line per admission itself; gunicorn's per-request access log would double
 # that volume, so it is off unless GUNICORN_ACCESS_LOG=true (for debugging probes or the dashboard).
@@ -138,7 +138,7 @@ logger_class = AccessLogWhenEnabled
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "injector_site.logging.JsonFormatter"}},  # as settings.LOGGING
+    "formatters": {"json": {"()": "injector_site.platform.logging.JsonFormatter"}},  # as settings.LOGGING
     "handlers": {
         "stdout": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"},
     },

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from injector_site.database import database_from_env, direct_database_from_env, pool_mode_from_env
-from injector_site.env import env, env_bool, env_float, env_int, env_list
+from injector_site.platform.database import database_from_env, direct_database_from_env, pool_mode_from_env
+from injector_site.platform.env import env, env_bool, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -58,21 +58,21 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "injector_site.middleware.PrometheusBeforeMiddleware",
-    "injector_site.body_limit.BodySizeLimitMiddleware",
-    "injector_site.middleware.WebhookPortMiddleware",
+    "injector_site.platform.middleware.PrometheusBeforeMiddleware",
+    "injector_site.platform.body_limit.BodySizeLimitMiddleware",
+    "injector_site.platform.middleware.WebhookPortMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "injector_site.csp.ContentSecurityPolicyMiddleware",
+    "injector_site.platform.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # Who changes configuration, through what (the change log, profiles.changes).
-    "profiles.middleware.ChangeContextMiddleware",
+    "profiles.changes.middleware.ChangeContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "injector_site.middleware.PrometheusAfterMiddleware",
+    "injector_site.platform.middleware.PrometheusAfterMiddleware",
     # Last, as django-axes asks: it answers a locked-out login with 429.
     "axes.middleware.AxesMiddleware",
 ]
@@ -114,7 +114,7 @@ TEMPLATES = [
 
 # --- database -------------------------------------------------------------------------
 # DATABASE_URL (several hosts and libpq parameters allowed), or DB_*, or the embedded SQLite default;
-# DATABASE_DIRECT_URL and DB_POOL_MODE for a connection pooler: injector_site/database.py.
+# DATABASE_DIRECT_URL and DB_POOL_MODE for a connection pooler: injector_site/platform/database.py.
 DATABASES = {"default": database_from_env(BASE_DIR)}
 DB_POOL_MODE = pool_mode_from_env()
 if (direct_database := direct_database_from_env()) is not None:
@@ -173,9 +173,9 @@ REST_FRAMEWORK = {
     # cannot be encoded as UTF-8 and made the answer a 500 (tests/test_fuzz.py).
     "UNICODE_JSON": False,
     # DRF's JSON parser, refusing NUL characters and too-deep nesting with a 400 (tests/test_fuzz.py).
-    "DEFAULT_PARSER_CLASSES": ["injector_site.parsers.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["injector_site.platform.parsers.StrictJSONParser"],
     # Bodies nested deeper than Python's parser recurses are a 400, not a 500 (tests/test_fuzz.py).
-    "EXCEPTION_HANDLER": "injector_site.api_errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "injector_site.platform.api_errors.api_exception_handler",
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
@@ -254,7 +254,7 @@ LOG_LEVEL = (env("LOG_LEVEL", "INFO") or "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "injector_site.logging.JsonFormatter"}},
+    "formatters": {"json": {"()": "injector_site.platform.logging.JsonFormatter"}},
     "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["stdout"], "level": "WARNING"},
     "loggers": {

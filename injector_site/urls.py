@@ -19,7 +19,7 @@ urlpatterns = [
     path("readyz", webhook_views.readyz, name="readyz"),
     path("metrics", webhook_views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("profiles.urls")),
+    path("api/v1/", include("profiles.api.urls")),
     path("api/v1/", include("mutations.api.urls")),
     # The schema and its docs describe the API, which needs a login: so do they (a token or a session).
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="schema"),

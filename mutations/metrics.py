@@ -48,6 +48,11 @@ VGPUS_GRANTED = Counter(
     "vGPUs (volcano.sh/vgpu-number) written into admitted Pods' spec.containers, by namespace and preset.",
     ["namespace", "preset"],
 )
+ADMISSION_FAILURES = Counter(
+    "volcano_injector_admission_failures_total",
+    "AdmissionReviews answered by the failure policy because answering raised (a bug): each is logged with its "
+    "traceback and recorded as an error admission.",
+)
 BAD_REQUESTS = Counter(
     "volcano_injector_bad_requests_total",
     "Bodies on /mutate that were not an AdmissionReview (answered with HTTP 4xx).",

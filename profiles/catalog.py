@@ -21,15 +21,16 @@ from django.db import DatabaseError, close_old_connections, connection, connecti
 from mutations.engine import (
     Catalog,
     GpuModelSpec,
+    LanguageModelSpec,
     Mode,
     PolicySpec,
     PresetSpec,
     ResourceDefaults,
     SchedulerScope,
+    model_key,
     select_policy,
 )
 
-from .language_models import language_model_index
 from .metrics import CONFIG_UNREADABLE, CONFIG_VERSION
 from .models import ConfigVersion, GpuModel, LanguageModel, NamespacePolicy, Preset
 
@@ -72,6 +73,28 @@ def _catalog_read() -> Catalog:
     language_models = language_model_index(list(LanguageModel.objects.order_by("name")))
     return Catalog(presets=presets, gpu_models=gpu_models, policies=policies,
                    default_preset=default_preset, version=version, language_models=language_models)
+
+
+def language_model_spec(row: LanguageModel) -> LanguageModelSpec:
+    """The engine's view of a catalog row."""
+    return LanguageModelSpec(
+        name=row.name, params_b=float(row.params_b), layers=row.layers, kv_heads=row.kv_heads,
+        head_dim=row.head_dim, hidden_size=row.hidden_size, vocab_size=row.vocab_size, max_context=row.max_context,
+        dtype=row.dtype, tied_embeddings=row.tied_embeddings,
+        active_params_b=float(row.active_params_b) if row.active_params_b is not None else None,
+        sliding_window=row.sliding_window, sliding_window_layers=row.sliding_window_layers,
+        identifiers=tuple(row.identifiers or ()), source_url=row.source_url,
+    )
+
+
+def language_model_index(rows: list[LanguageModel]) -> dict[str, LanguageModelSpec]:
+    """Each row under the match key of its name and of each identifier (rows in name order: the first keeps a key)."""
+    index: dict[str, LanguageModelSpec] = {}
+    for row in rows:
+        spec = language_model_spec(row)
+        for name in (row.name, *(row.identifiers or ())):
+            index.setdefault(model_key(str(name)), spec)
+    return index
 
 
 def preset_spec_from_row(row: Preset, gpu_models: dict[str, GpuModelSpec]) -> PresetSpec:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
-from injector_site.kube import REQUEST_TIMEOUT_SECONDS
+from injector_site.platform.kube import REQUEST_TIMEOUT_SECONDS
 from mutations.engine import PolicySpec, select_policy
 
 from .models import NamespaceQuota

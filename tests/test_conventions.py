@@ -13,37 +13,44 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("injector_site", "mutations", "profiles")
 
-# Which layer each part of the code is in (the longest matching module prefix decides).
+# Which layer each folder is in (the longest matching package decides). Every key is a folder: a folder is
+# one layer, so a module never sits in a layer its neighbours are not in.
 LAYER_OF = {
+    "injector_site": "entry points",  # settings, urls, wsgi, gunicorn_conf, apps
+    "injector_site.platform": "platform",
+    "injector_site.management": "operator pages",
+    "mutations": "audit store",  # apps, models, metrics, audit, compression, migrations
     "mutations.engine": "engine",
-    "injector_site": "platform",
-    "profiles": "configuration",
-    "mutations": "audit store",  # mutations.models, .metrics, .audit, .apps, .migrations
     "mutations.webhook": "webhook",
-    "mutations.dashboard": "operator tools",
-    "mutations.api": "operator tools",
-    "mutations.impact": "operator tools",
-    "mutations.admin": "operator tools",
-    "mutations.management": "operator tools",
-    "injector_site.urls": "entry points",
-    "injector_site.wsgi": "entry points",
-    "injector_site.gunicorn_conf": "entry points",
+    "mutations.admin": "operator pages",
+    "mutations.api": "operator pages",
+    "mutations.dashboard": "operator pages",
+    "mutations.impact": "operator pages",
+    "mutations.management": "operator pages",
+    "mutations.templatetags": "operator pages",
+    "profiles": "configuration",  # models, services, selectors, catalog, changes, quotas
+    "profiles.admin": "operator pages",
+    "profiles.api": "operator pages",
+    "profiles.management": "operator pages",
 }
 
 # The direction of every import: a layer may import itself and the layers listed, nothing else.
-# The engine and wire format are pure Python at the bottom; configuration (profiles: the models,
-# the cached Catalog, the preview) sits on them; the audit store does not need configuration; the
-# webhook and the operator tools (dashboard, API, admin, commands) use both and not each other;
-# only the entry points (URLs, the WSGI app, gunicorn's hooks) see everything.
+# The platform (environment, database, TLS, the worker) and the engine and wire format are pure
+# foundations; configuration (profiles: models, services, the cached Catalog) and the audit store
+# stand on them and not on each other; the webhook uses both; operator pages (dashboard, API,
+# admin, commands) use everything below them and, of the webhook, only its decision
+# (WEBHOOK_FOR_OPERATORS: the preview is the live decision); only the entry points (settings, URLs,
+# the WSGI app, gunicorn's hooks) see everything.
 MAY_IMPORT = {
     "engine": set(),
     "platform": set(),
     "configuration": {"engine", "platform"},
     "audit store": {"engine", "platform"},
     "webhook": {"engine", "platform", "configuration", "audit store"},
-    "operator tools": {"engine", "platform", "configuration", "audit store"},
-    "entry points": {"engine", "platform", "configuration", "audit store", "webhook", "operator tools"},
+    "operator pages": {"engine", "platform", "configuration", "audit store", "webhook"},
+    "entry points": {"engine", "platform", "configuration", "audit store", "webhook", "operator pages"},
 }
+WEBHOOK_FOR_OPERATORS = ("mutations.webhook.decide",)
 
 # What the engine may import besides itself: the standard library and orjson (the wire format's JSON).
 ENGINE_THIRD_PARTY = {"orjson"}
@@ -101,7 +108,9 @@ def violations(source: str, module: str, *, is_package: bool = False) -> list[st
                                 f"and {', '.join(sorted(ENGINE_THIRD_PARTY))}")
         if target is None or target == own:
             continue
-        if target not in MAY_IMPORT[own]:
+        if target not in MAY_IMPORT[own] or (
+                own == "operator pages" and target == "webhook"
+                and not any(imported == m or imported.startswith(m + ".") for m in WEBHOOK_FOR_OPERATORS)):
             problems.append(f"{module}:{line} ({own}) imports {imported} ({target}), against the dependency direction")
     return problems
 
@@ -122,12 +131,15 @@ def test_imports_run_one_way():
     ("mutations.engine.mutate", "import profiles.models"),
     ("mutations.engine.sizing", "def f():\n    from mutations.models import AdmissionAudit"),
     ("profiles.catalog", "from mutations.audit import audit_flush"),
-    ("profiles.preview", "from mutations.webhook import services"),
+    ("profiles.catalog", "from mutations.webhook import services"),
+    ("profiles.api.views", "from mutations.webhook.views import mutate"),
+    ("injector_site.platform.database", "from injector_site import settings"),
+    ("mutations.models", "from profiles.models import Preset"),
     ("mutations.audit.selectors", "from profiles.models import Preset"),
     ("mutations.audit.writer", "from ..dashboard import views"),
     ("mutations.webhook.services", "from ..dashboard.views import gib"),
     ("mutations.dashboard.views", "from mutations.webhook.views import mutate"),
-    ("injector_site.settings", "from mutations.engine import Decision"),
+    ("injector_site.platform.env", "from mutations.engine import Decision"),
 ])
 def test_an_import_against_the_direction_is_caught(module, source):
     assert violations(source, module), f"{module}: {source!r} should break the dependency rule"
@@ -135,13 +147,88 @@ def test_an_import_against_the_direction_is_caught(module, source):
 
 @pytest.mark.parametrize(("module", "source"), [
     ("mutations.engine.mutate", "from .sizing import sizing_decide\nimport re\nimport orjson"),
-    ("profiles.preview", "from mutations.engine import mutate_pod"),
-    ("mutations.webhook.services", "from profiles.preview import pod_preview\nfrom ..audit import audit_flush"),
+    ("mutations.webhook.decide", "from mutations.engine import mutate_pod"),
+    ("mutations.webhook.services", "from mutations.webhook.decide import pod_preview\nfrom ..audit import audit_flush"),
     ("mutations.dashboard.views", "from profiles.selectors import configuration_names\nfrom ..audit import selectors"),
     ("injector_site.urls", "from mutations.webhook import views"),
+    ("profiles.api.views", "from mutations.webhook.decide import pod_preview"),
+    ("mutations.audit.inserters", "from injector_site.platform.database import libpq_params"),
 ])
 def test_an_import_along_the_direction_is_allowed(module, source):
     assert violations(source, module) == []
+
+
+def package_of(path: pathlib.Path) -> str:
+    """The folder a module is in, as a dotted name (a package's __init__ is in its own folder)."""
+    return module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+
+
+def folder_graph() -> dict[str, set[str]]:
+    """Which folder imports which: an edge from each module's folder to the folder of each module of ours it
+    imports (migrations left out: Django loads them, nothing imports them)."""
+    modules = {module_name(p): p for p in our_modules() if "migrations" not in p.parts}
+    graph: dict[str, set[str]] = {package_of(p): set() for p in modules.values()}
+    for module, path in modules.items():
+        for _line, imported in imports_of(path.read_text(), module, is_package=path.name == "__init__.py"):
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and package_of(modules[imported]) != package_of(path):
+                graph[package_of(path)].add(package_of(modules[imported]))
+    return graph
+
+
+def folder_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of folders (strongly connected components of more than one folder), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(folder: str) -> None:
+        index[folder] = low[folder] = len(index)
+        stack.append(folder)
+        for other in graph.get(folder, ()):
+            if other not in index:
+                visit(other)
+                low[folder] = min(low[folder], low[other])
+            elif other in stack:
+                low[folder] = min(low[folder], index[other])
+        if low[folder] == index[folder]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == folder:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for folder in sorted(graph):
+        if folder not in index:
+            visit(folder)
+    return cycles
+
+
+def test_folders_import_each_other_without_cycles():
+    cycles = folder_cycles(folder_graph())
+    assert cycles == [], "folders that import each other round in a cycle:\n" + "\n".join(map(str, cycles))
+
+
+def test_a_folder_cycle_is_caught():
+    # profiles imports mutations.engine; an engine module importing profiles back closes a cycle.
+    graph = {"profiles": {"mutations.engine"}, "mutations.engine": {"profiles"}, "mutations": set()}
+    assert folder_cycles(graph) == [["mutations.engine", "profiles"]]
+
+
+def test_every_layer_is_a_folder():
+    # Keys are folders, so every module of a folder is in its folder's layer (no module-level exceptions).
+    not_folders = [name for name in LAYER_OF if not (ROOT.joinpath(*name.split(".")) / "__init__.py").is_file()]
+    assert not_folders == []
+
+
+def test_every_folder_of_ours_has_a_layer():
+    folders = {package_of(p) for p in our_modules() if "migrations" not in p.parts}
+    assert sorted(f for f in folders if layer(f) is None) == []
 
 
 def test_modules_stay_under_the_size_limit_or_say_why():

@@ -1,5 +1,6 @@
 """POST /api/v1/impact/: what a draft change to a preset, GPU model or policy would do to the admissions of
-the last days, before it is saved (mutations.impact replays them; profiles.drafts validates the draft)."""
+the last days, before it is saved (mutations.impact replays them; profiles' API serializers or admin forms
+validate the draft)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from injector_site.parsers import StrictJSONParser
+from injector_site.platform.parsers import StrictJSONParser
+from profiles.admin.drafts import draft_from_form
+from profiles.api.drafts import draft_from_api
 from profiles.catalog import catalog_current
-from profiles.drafts import DRAFTABLE, Draft, DraftError, draft_catalog, draft_from_api, draft_from_form
+from profiles.services import DRAFTABLE, Draft, DraftError, draft_catalog
 
 from ..impact import ImpactReport, impact_replay
 from ..impact.replay import DEFAULT_DAYS, DEFAULT_EXAMPLES, MAX_ADMISSIONS, impact_count, impact_replay_steps

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
-from injector_site.database import libpq_params
+from injector_site.platform.database import libpq_params
 
 from ..metrics import AUDIT_ROWS_WRITTEN
 from ..models import AdmissionAudit

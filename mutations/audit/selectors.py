@@ -423,7 +423,7 @@ def _cursor_decode(cursor: str, field_name: str) -> tuple[datetime | float | int
 def audit_export_rows(*, filters: dict[str, str] | None = None, sort: str = DEFAULT_SORT,
                       limit: int, database: str = "default") -> Iterator[AdmissionAudit]:
     """Filtered history in `sort` order (the history page's), at most `limit` rows, from a server-side cursor
-    on `database` (one that is a session of its own: behind a transaction pooler, injector_site.database's
+    on `database` (one that is a session of its own: behind a transaction pooler, injector_site.platform.database's
     session_database(), or the rows would all be held in memory at once: docs/database-pooling.md)."""
     order = _order(_sort_checked(sort).lstrip("-"), descending=sort.startswith("-"))
     queryset = audit_list(filters=filters).using(database).only(*LIST_FIELDS, "source", "field", "warnings")

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from profiles.language_models import language_model_spec
+from profiles.catalog import language_model_spec
 from profiles.selectors import language_model_named, namespace_policy_named, preset_named
 
 from ..audit import selectors

@@ -17,17 +17,17 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from injector_site.database import session_database
+from injector_site.platform.database import session_database
 from profiles.changes.selectors import configuration_at
 from profiles.selectors import configuration_names, namespace_quota_list
 
 from ..audit import audit_backlog_rows, memory, rehearsal, selectors
 from ..audit.filters import DECISION_CHOICES, WOULD_DENY, AuditFilter
+from ..audit.unconverted import unconverted_scan_latest
 from ..engine import Decision
 from ..engine.jsonpatch import unescape
 from ..engine.scheduling import QUEUE_ANNOTATION
 from ..models import AUDIT_VIEW_PERMISSION, AdmissionAudit
-from ..unconverted import unconverted_scan_latest
 from . import charts
 from .resources import resources_side_by_side
 

@@ -12,6 +12,7 @@ from .inputs import pod_from_inputs, pod_inputs
 from .jsonpatch import make_patch
 from .memory import Knobs, LanguageModelSpec, Need, catalog_need
 from .mutate import mutate_pod, pod_verdict
+from .pod import pod_gpus_requested
 from .quantity import QuantityError, format_quantity, parse_quantity
 from .serving import ServingCommand, serving_command_read
 from .sizing import estimate_model_vram_mib
@@ -42,6 +43,6 @@ __all__ = [
     "PresetSpec",
     "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand",
     "catalog_mark", "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",
-    "model_key", "mutate_pod", "pod_verdict", "serving_command_read", "serving_size",
+    "model_key", "mutate_pod", "pod_gpus_requested", "pod_verdict", "serving_command_read", "serving_size",
     "parse_quantity", "parse_review", "pod_from_inputs", "pod_inputs", "review_response", "select_policy",
 ]

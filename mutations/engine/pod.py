@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 from .denial import Denial
+from .quantity import QuantityError, parse_quantity
 from .specs import GPU_RESOURCE, VGPU_NUMBER, JsonObject
 
 CONTAINER_LISTS = (("containers", False), ("initContainers", True))
@@ -109,3 +111,27 @@ def _container_copy(container: object) -> object:
             if isinstance(resources.get(part), dict):
                 resources[part] = dict(resources[part])
     return container
+
+
+# The largest total a record keeps (an audit column of numeric(12, 3)).
+GPUS_REQUESTED_MAX = Decimal("999999999.999")
+
+
+def pod_gpus_requested(pod: object) -> Decimal:
+    """nvidia.com/gpu asked for by every container and init container, limits first, as the engine reads them;
+    values that are not quantities count 0 (the engine denies them). For Pods the engine refused whole, too."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    total = Decimal(0)
+    for key, _init in CONTAINER_LISTS:
+        items = spec.get(key) if isinstance(spec, dict) else None
+        for body in items if isinstance(items, list) else ():
+            resources = body.get("resources") if isinstance(body, dict) else None
+            for part in ("limits", "requests"):
+                values = resources.get(part) if isinstance(resources, dict) else None
+                if isinstance(values, dict) and GPU_RESOURCE in values:
+                    try:
+                        total += max(parse_quantity(values[GPU_RESOURCE]), Decimal(0))
+                    except QuantityError:
+                        pass
+                    break
+    return min(total, GPUS_REQUESTED_MAX)

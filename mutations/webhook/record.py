@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import orjson
 from django.conf import settings
 
-from profiles.preview import Preview
-
 from ..engine import (
-    GPU_RESOURCE,
     AdmissionRequest,
     Decision,
     JsonObject,
-    QuantityError,
-    parse_quantity,
+    pod_gpus_requested,
     pod_inputs,
 )
 from ..engine.checks import MAX_CONTAINERS_PER_POD
+from .decide import Preview
 
 # What one audit row keeps of a Pod's lists: a bounded row whatever the caller sent (the engine denies
 # Pods of more than 100 containers; these bound what a container's own maps add).
@@ -58,7 +54,7 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
         "preset_name": ((result.preset or (result.explanation or {}).get("preset") or "") if result else "")[:63],
         "policy_name": result.policy if result else "",
         "source": ((result.source or "") if result else "")[:128],
-        "gpus_requested": str(_gpus_asked(before)),
+        "gpus_requested": str(pod_gpus_requested(request.object)),
         "vgpus_granted": sum(g.vgpu_number for g in grants),
         "vgpu_memory_mib": sum(g.vgpu_number * (g.vgpu_memory_mib or 0) for g in grants),
         "containers": [g.as_dict() for g in grants],
@@ -132,22 +128,6 @@ def json_list_bounded(items: list[Any], max_bytes: int = AUDIT_JSON_MAX_BYTES) -
                                          f"keeps at most {max_bytes} bytes of this column"}]
         kept.append(item)
     return items
-
-
-def _gpus_asked(resources_before: list[JsonObject]) -> Decimal:
-    """nvidia.com/gpu the Pod asked for (denied Pods included), limits first, as the engine reads them."""
-    total = Decimal(0)
-    for entry in resources_before:
-        resources = entry["resources"]
-        for part in ("limits", "requests"):
-            values = resources.get(part)
-            if isinstance(values, dict) and GPU_RESOURCE in values:
-                try:
-                    total += max(parse_quantity(values[GPU_RESOURCE]), Decimal(0))
-                except QuantityError:
-                    pass
-                break
-    return min(total, Decimal("999999999.999"))
 
 
 def pod_metadata(request: AdmissionRequest) -> JsonObject:

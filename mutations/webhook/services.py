@@ -7,11 +7,10 @@ import time
 
 from django.conf import settings
 
-from profiles.preview import Preview, pod_preview
-
 from ..audit import audit_record_submit
 from ..engine import Decision, JsonObject, admission
-from ..metrics import admission_observe
+from ..metrics import ADMISSION_FAILURES, admission_observe
+from .decide import Preview, pod_preview
 from .record import audit_record_build, pod_metadata, text_cut
 
 logger = logging.getLogger("volcano_injector.admission")
@@ -24,26 +23,61 @@ MAX_PATCH_BASE64_BYTES = 512 * 1024
 
 def admission_review_handle(*, body: object, caller_verified: bool = False) -> JsonObject:
     """Answer one AdmissionReview body; raise admission.BadReview if it is not one. `caller_verified`: the
-    caller presented a client certificate verified against TLS_CLIENT_CA_FILE (recorded in the audit row)."""
+    caller presented a client certificate verified against TLS_CLIENT_CA_FILE (recorded in the audit row).
+
+    Everything after parsing (deciding, the audit record, metrics, the log) is under the failure policy: an
+    exception anywhere answers as INJECTOR_FAILURE_POLICY says, is counted and logged, and is recorded as an
+    error admission. The record is submitted last, so it always says what was answered.
+    """
     started = time.perf_counter()
     request = admission.parse_review(body)
-    preview: Preview | None = None
     try:
-        response, preview, decision, reason, field = _decide(request)
-    except Exception as exc:  # the one place failure handling is decided: INJECTOR_FAILURE_POLICY
-        logger.exception("admission failed", extra={"request_uid": request.uid})
-        decision, reason, field = Decision.ERROR, f"internal error: {type(exc).__name__}: {exc}", ""
-        response = _failure_response(request.uid)
+        return _answer(request, started, caller_verified)
+    except Exception as exc:  # noqa: BLE001 - the one place failure handling is decided (INJECTOR_FAILURE_POLICY)
+        return _answer_failed(request, started, caller_verified, exc)
+
+
+def _answer(request: admission.AdmissionRequest, started: float, caller_verified: bool) -> JsonObject:
+    response, preview, decision, reason, field = _decide(request)
     duration = time.perf_counter() - started
+    record = _record(request, preview, decision, reason, field, duration, caller_verified)
     admission_observe(decision=decision, namespace=preview.namespace if preview else request.namespace,
                       result=preview.result if preview else None, field=field, dry_run=request.dry_run,
                       duration_seconds=duration)
-    if not request.dry_run and settings.INJECTOR_AUDIT_ENABLED:
-        audit_record_submit(record=audit_record_build(request=request, preview=preview, decision=decision,
-                                                      reason=reason, field=field, duration=duration,
-                                                      caller_verified=caller_verified))
     _log(request, preview, decision, reason, duration)
+    if record is not None:
+        audit_record_submit(record=record)
     return response
+
+
+def _answer_failed(request: admission.AdmissionRequest, started: float, caller_verified: bool,
+                   exc: Exception) -> JsonObject:
+    """The failure policy's answer, after an exception while answering; the error is counted, logged and recorded."""
+    logger.error("admission failed", exc_info=exc, extra={"request_uid": request.uid})
+    ADMISSION_FAILURES.inc()
+    reason = f"internal error: {type(exc).__name__}: {exc}"
+    duration = time.perf_counter() - started
+    try:
+        record = _record(request, None, Decision.ERROR, reason, "", duration, caller_verified)
+        if record is not None:
+            audit_record_submit(record=record)
+    except Exception:  # recording the failure must not change the failure policy's answer
+        logger.exception("the failed admission could not be recorded", extra={"request_uid": request.uid})
+    try:
+        admission_observe(decision=Decision.ERROR, namespace=request.namespace, result=None, field="",
+                          dry_run=request.dry_run, duration_seconds=duration)
+    except Exception:  # nor may counting it
+        logger.exception("the failed admission could not be counted", extra={"request_uid": request.uid})
+    return _failure_response(request.uid)
+
+
+def _record(request: admission.AdmissionRequest, preview: Preview | None, decision: Decision, reason: str,
+            field: str, duration: float, caller_verified: bool) -> JsonObject | None:
+    """The audit row to submit, or None for a dry run (sideEffects: NoneOnDryRun) or with the audit off."""
+    if request.dry_run or not settings.INJECTOR_AUDIT_ENABLED:
+        return None
+    return audit_record_build(request=request, preview=preview, decision=decision, reason=reason, field=field,
+                              duration=duration, caller_verified=caller_verified)
 
 
 def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | None, Decision, str, str]:

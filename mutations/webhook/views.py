@@ -16,9 +16,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 
 from profiles.catalog import catalog_cache, catalog_current
 
+from ..audit.unconverted import UnconvertedScanCollector
 from ..engine import admission
 from ..metrics import BAD_REQUESTS
-from ..unconverted import UnconvertedScanCollector
 from .services import admission_review_handle
 
 logger = logging.getLogger("volcano_injector.admission")

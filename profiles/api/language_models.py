@@ -8,8 +8,8 @@ from rest_framework import serializers
 
 from mutations.engine import model_key
 
-from ..language_models import language_model_delete, language_model_save, language_model_validate
 from ..models import WEIGHT_DTYPES, LanguageModel
+from ..services import language_model_delete, language_model_save, language_model_validate
 from .serializers import _unsaved_copy
 from .views import ConfigurationViewSet
 

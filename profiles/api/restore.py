@@ -77,7 +77,7 @@ def change_restore(*, change: ObjectChange, which: str = AFTER) -> Any:
     _model_validate(serializer, model, instance, judged=set(data))
     if instance is None:
         instance = model(pk=change.object_id)
-    view_set._write(serializer, instance)
+    view_set.serializer_save(serializer, instance)
     return serializer.instance
 
 

@@ -12,7 +12,7 @@ from rest_framework import serializers
 from mutations.engine import Mode, SchedulerScope, is_namespace_pattern
 
 from ..models import GpuModel, NamespacePolicy, Preset
-from ..validation import gpu_model_validate, namespace_policy_validate, preset_validate
+from ..services import gpu_model_validate, namespace_policy_validate, preset_validate
 
 
 def _unsaved_copy(serializer: serializers.ModelSerializer, attrs: dict, model: type[models.Model]):

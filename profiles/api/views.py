@@ -14,7 +14,8 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..preview import pod_preview, preview_answer
+from mutations.webhook.decide import pod_preview, preview_answer
+
 from ..selectors import gpu_model_list, namespace_policy_list, preset_list
 from ..services import (
     ConfigurationInUse,
@@ -90,12 +91,14 @@ class ConfigurationViewSet(viewsets.ModelViewSet):
         raise NotImplementedError
 
     def perform_create(self, serializer):
-        self._write(serializer, self.queryset.model())
+        self.serializer_save(serializer, self.queryset.model())
 
     def perform_update(self, serializer):
-        self._write(serializer, serializer.instance)
+        self.serializer_save(serializer, serializer.instance)
 
-    def _write(self, serializer, instance):
+    def serializer_save(self, serializer, instance):
+        """Save `instance` with the serializer's validated data through this kind's save service (create, edit,
+        restore); a constraint race is a 400 naming the field."""
         data = dict(serializer.validated_data)
         many = {k: data.pop(k) for k in list(data) if k in self.many_to_many}
         for name, value in data.items():

@@ -1,6 +1,6 @@
 """Who is changing configuration, and through what: a context the change log reads when it writes a row.
 
-The middleware (profiles.middleware) sets it for each admin and API request; every management command
+The middleware (profiles.changes.middleware) sets it for each admin and API request; every management command
 runs inside one (profiles.apps wraps BaseCommand.execute): `shell` as "shell", the others as "command".
 Anything else (a script calling django.setup(), a migration) is "system". A ContextVar, so threads and
 concurrent requests each see their own.

@@ -32,7 +32,7 @@ import psycopg
 import pytest
 from django.conf import settings as django_settings
 
-from injector_site.database import postgres_url_parse
+from injector_site.platform.database import postgres_url_parse
 from mutations.audit import inserters
 from mutations.audit.encoding import COLUMNS, row_encode
 from mutations.models import AdmissionAudit, AuditRollup, AuditRollupDaily

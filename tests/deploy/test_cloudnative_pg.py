@@ -203,7 +203,7 @@ def test_every_database_client_reads_the_owners_secret_and_the_direct_url(build)
 
 def test_the_app_reads_this_build_as_a_pooled_database_with_a_direct_url(builds, tmp_path, monkeypatch):
     """The settings parser, given what the build mounts and sets, connects to the pooler and migrates around it."""
-    from injector_site.database import database_from_env, direct_database_from_env, pool_mode_from_env
+    from injector_site.platform.database import database_from_env, direct_database_from_env, pool_mode_from_env
 
     objects = builds["overlays/cloudnative-pg"]
     cluster = one(objects, "Cluster")

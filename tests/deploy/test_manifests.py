@@ -510,7 +510,7 @@ def test_only_the_quota_job_gets_an_api_token_and_for_its_own_service_account(bu
     sources = token["projected"]["sources"]
     assert any(s.get("serviceAccountToken", {}).get("expirationSeconds", 0) <= 3600 for s in sources)
     mounts = {m["mountPath"]: m["name"] for m in job_pod["containers"][0]["volumeMounts"]}
-    # where the kubernetes client's in-cluster configuration reads it (injector_site/kube.py)
+    # where the kubernetes client's in-cluster configuration reads it (injector_site/platform/kube.py)
     assert mounts["/var/run/secrets/kubernetes.io/serviceaccount"] == token["name"]
     for other, pod_spec in pod_specs(objects):
         if other != QUOTA_JOB:
@@ -589,7 +589,7 @@ def test_ui_has_its_own_service_on_its_own_port(build):
     assert sorted(int(b.rsplit(":", 1)[1]) for b in binds) == sorted(ports.values())
     assert labels_match({"matchLabels": ui["spec"]["selector"]},
                         deployment(objects)["spec"]["template"]["metadata"]["labels"])
-    # the webhook port serves only the webhook and probes (injector_site/middleware.py)
+    # the webhook port serves only the webhook and probes (injector_site/platform/middleware.py)
     assert env_value(container, "INJECTOR_WEBHOOK_ONLY_PORTS").split(",") == [str(ports["https"])]
 
 

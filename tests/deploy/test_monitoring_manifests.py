@@ -102,7 +102,7 @@ def test_servicemonitor_scrapes_the_webhook_port_over_tls_with_the_metrics_token
 def test_metrics_path_resolves_to_the_metrics_view_on_the_webhook_only_port(monitored):
     from django.urls import resolve
 
-    from injector_site.middleware import WEBHOOK_PATHS
+    from injector_site.platform.middleware import WEBHOOK_PATHS
 
     (endpoint,) = find_object(monitored, "ServiceMonitor", NAME)["spec"]["endpoints"]
     assert resolve(endpoint["path"]).url_name == "metrics"

@@ -7,8 +7,7 @@ import pytest
 
 from mutations.engine import Knobs, catalog_need
 from mutations.models import AdmissionAudit
-from profiles.catalog import catalog_current
-from profiles.language_models import language_model_spec
+from profiles.catalog import catalog_current, language_model_spec
 from profiles.models import ConfigVersion, LanguageModel
 from tests.support import pods
 from tests.support.kube import apply_patch_v4, default_pod, resource_errors

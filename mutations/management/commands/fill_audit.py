@@ -18,7 +18,7 @@ from mutations.audit.encoding import DICTIONARY_OF, KINDS
 from mutations.compression import detail_compress
 from mutations.engine import pod_inputs
 from mutations.models import AdmissionAudit
-from profiles.preview import pod_preview
+from mutations.webhook.decide import pod_preview
 
 NAMESPACES = ["team-a", "team-b", "team-c", "team-nlp", "team-vision", "team-search", "ray", "kserve-models"]
 USERS = ["system:serviceaccount:kube-system:replicaset-controller", "system:serviceaccount:kube-system:job-controller",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from injector_site.kube import KubeConfigError, kube_admission_api, kube_api_client, kube_core_api
+from injector_site.platform.kube import KubeConfigError, kube_admission_api, kube_api_client, kube_core_api
+from mutations.audit.unconverted import PODS_KEPT, unconverted_pods_find, unconverted_scan_record
 from mutations.engine import Mode
-from mutations.unconverted import PODS_KEPT, unconverted_pods_find, unconverted_scan_record
 from profiles.catalog import catalog_current, policy_for_namespace
 
 

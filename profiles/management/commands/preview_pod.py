@@ -7,7 +7,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from profiles.preview import pod_preview, preview_answer
+from mutations.webhook.decide import pod_preview, preview_answer
 from profiles.selectors import pod_yaml_diff
 from profiles.services import PodDocumentError, pod_document_parse
 

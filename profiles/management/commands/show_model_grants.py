@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models.functions import Lower
 
 from mutations.engine import Knobs, LanguageModelSpec, catalog_need
-from profiles.language_models import language_model_spec
+from profiles.catalog import language_model_spec
 from profiles.models import LanguageModel
 
 ENGINES = ("vllm", "sglang", "tgi", "llama.cpp", "kserve-huggingface")

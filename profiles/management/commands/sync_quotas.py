@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from injector_site.kube import KubeConfigError, kube_api_client, kube_core_api
+from injector_site.platform.kube import KubeConfigError, kube_api_client, kube_core_api
 from profiles.catalog import catalog_build
 from profiles.quotas import QUOTA_NAME, QuotaApiError, namespace_quotas_store, quotas_sync
 

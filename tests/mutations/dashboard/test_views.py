@@ -409,7 +409,7 @@ def test_overview_says_when_no_scan_for_unconverted_pods_has_run(staff_client):
 
 
 def test_overview_lists_the_pods_the_last_scan_found(staff_client):
-    from mutations.unconverted import ScanResult, unconverted_scan_record
+    from mutations.audit.unconverted import ScanResult, unconverted_scan_record
 
     pod = {"namespace": "team-a", "name": "llama-8b-7c9d8f6b5-q8w7e", "phase": "Pending",
            "created": "2026-12-03T02:41:55+00:00", "owner": "ReplicaSet/llama-8b-7c9d8f6b5"}
@@ -421,7 +421,7 @@ def test_overview_lists_the_pods_the_last_scan_found(staff_client):
 
 
 def test_overview_shows_why_the_last_scan_failed(staff_client):
-    from mutations.unconverted import unconverted_scan_record
+    from mutations.audit.unconverted import unconverted_scan_record
 
     unconverted_scan_record(result=None, error="the Kubernetes API refused the scan (403 Forbidden)")
     page = html.unescape(staff_client.get("/dashboard/").content.decode())

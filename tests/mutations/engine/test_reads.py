@@ -23,7 +23,7 @@ def _with_preset(name: str, **changes) -> Catalog:
     return dataclasses.replace(CATALOG, presets={**PRESETS, name: dataclasses.replace(PRESETS[name], **changes)})
 
 
-# Drafts: today's CATALOG with one object changed, as profiles.drafts makes them.
+# Drafts: today's CATALOG with one object changed, as profiles.services.drafts makes them.
 DRAFTS = {
     "llm-7b memory": _with_preset("llm-7b", vgpu_memory_mib=40960),
     "llm-7b range to 20B": _with_preset("llm-7b", max_model_size_b=20),

@@ -9,10 +9,11 @@ from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
 from mutations.models import AdmissionAudit
+from mutations.webhook.decide import pod_preview
+from profiles.api.drafts import draft_from_api
 from profiles.catalog import catalog_current
-from profiles.drafts import draft_catalog, draft_from_api
 from profiles.models import NamespacePolicy, ObjectChange, Preset
-from profiles.preview import pod_preview
+from profiles.services import draft_catalog
 from tests.support import pods
 
 pytestmark = pytest.mark.django_db

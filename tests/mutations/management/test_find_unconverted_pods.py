@@ -159,9 +159,9 @@ def test_without_any_kubeconfig_the_error_names_where_it_looked(tmp_path, monkey
 
 @pytest.mark.django_db
 def test_only_the_latest_scans_are_kept(cluster, policies, monkeypatch):
-    import mutations.unconverted
+    import mutations.audit.unconverted
 
-    monkeypatch.setattr(mutations.unconverted, "SCANS_KEPT", 2)
+    monkeypatch.setattr(mutations.audit.unconverted, "SCANS_KEPT", 2)
     for _ in range(4):
         run()
     assert UnconvertedPodScan.objects.count() == 2

@@ -8,7 +8,7 @@ import pytest
 
 from mutations.engine import Knobs, catalog_need
 from mutations.models import AdmissionAudit
-from profiles.language_models import language_model_spec
+from profiles.catalog import language_model_spec
 from profiles.models import LanguageModel
 from tests.support import pods
 from tests.support.kube import apply_patch_v4, default_pod, resource_errors, schema_errors

@@ -175,7 +175,7 @@ def test_audit_only_namespace_gets_no_patch_but_a_row(post_review):
 
 
 def test_internal_error_fails_open_by_default(post_review, monkeypatch):
-    monkeypatch.setattr("profiles.preview.mutate_pod", _boom)
+    monkeypatch.setattr("mutations.webhook.decide.mutate_pod", _boom)
     request = pods.review(pods.vllm_deployment_pod())
     response = answer(post_review(request))["response"]
     assert response["allowed"] is True and "patch" not in response
@@ -185,9 +185,32 @@ def test_internal_error_fails_open_by_default(post_review, monkeypatch):
 
 def test_internal_error_denies_when_failure_policy_is_fail(post_review, monkeypatch, settings):
     settings.INJECTOR_FAILURE_POLICY = "Fail"
-    monkeypatch.setattr("profiles.preview.mutate_pod", _boom)
+    monkeypatch.setattr("mutations.webhook.decide.mutate_pod", _boom)
     response = answer(post_review(pods.review(pods.vllm_deployment_pod())))["response"]
     assert response["allowed"] is False and response["status"]["code"] == 500
+
+
+@pytest.mark.parametrize("stage", ["mutations.webhook.services.audit_record_build",
+                                   "mutations.webhook.services.admission_observe",
+                                   "mutations.webhook.services._log"])
+def test_a_bug_after_the_decision_answers_as_the_failure_policy_says(post_review, monkeypatch, settings, stage):
+    # Recording, counting and logging are under the failure policy too: a bug there is the policy's answer,
+    # counted, and (when the record itself did not fail) still on record as an error admission.
+    from mutations.metrics import ADMISSION_FAILURES
+
+    settings.INJECTOR_FAILURE_POLICY = "Fail"
+    failures = ADMISSION_FAILURES._value.get()
+    monkeypatch.setattr(stage, _boom)
+    request = pods.review(pods.vllm_deployment_pod())
+    response = answer(post_review(request))["response"]
+    assert response["uid"] == request["request"]["uid"]
+    assert response["allowed"] is False and response["status"]["code"] == 500 and "patch" not in response
+    assert ADMISSION_FAILURES._value.get() == failures + 1
+    rows = list(AdmissionAudit.objects.values_list("decision", "reason"))
+    if stage.endswith("audit_record_build"):
+        assert rows == [], "the record that failed to build is logged, not half written"
+    else:
+        assert rows == [("error", "internal error: RuntimeError: boom")]
 
 
 def _boom(*args, **kwargs):

@@ -1,0 +1,285 @@
+"""gunicorn's gthread worker, handing its threads only whole requests, each read within a deadline.
+
+gthread (gunicorn 23) wraps a new connection in TLS and reads its request in a pool thread, on a
+blocking socket with no deadline: a client that sends 6 bytes of a ClientHello, or half a request's
+head, holds that thread for as long as it keeps the socket open. Four such clients held every
+thread of a 2 workers x 2 threads server: /mutate, the probes and the UI stopped answering,
+keep-alive connections included, and gunicorn's worker timeout never fired (the main loop still
+ran). Here the worker's main loop, which polls every socket anyway, does the TLS handshake and
+reads the request itself, without blocking; a thread gets a connection only once its request,
+head and body, is in memory (injector_site/platform/framing.py says when). So a slow client costs a socket
+and a buffer, never a thread.
+
+Bounds, per worker:
+- a connection must complete its request within `request_read_seconds` of being accepted, or of
+  the first byte of its next request on a kept-alive connection; the main loop closes it otherwise;
+- at most `max_pending` connections may be incomplete at once: a new one closes the oldest;
+- their buffers hold at most `pending_buffer_bytes` together: over it, the oldest are closed (a
+  client sending at network speed is done long before it is the oldest);
+- a body over `max_body_bytes` is never read: the head goes to the app, which answers 413 from
+  Content-Length, and the connection is closed after that answer;
+- a full worker (`worker_connections`) closes its longest idle keep-alive connection rather than
+  stop polling, which gthread does, and which would stall the connections it holds.
+In the thread the socket has `request_read_seconds` as its timeout, so writing the answer to a
+client that does not read it is bounded too. Design, alternatives and measurements:
+docs/availability.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import selectors
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from functools import partial
+from typing import TYPE_CHECKING
+
+from gunicorn import http
+from gunicorn import sock as gunicorn_sock
+from gunicorn.config import Config
+from gunicorn.workers.gthread import TConn, ThreadWorker
+
+from .framing import HEAD_TOO_LARGE, READY, READY_CLOSE, WAIT, RequestFrame
+
+if TYPE_CHECKING:
+    from gunicorn._types import _AddressType  # the stubs' name for a listener's address
+
+READ_CHUNK_BYTES = 64 * 1024
+REPORT_EVERY_SECONDS = 10.0
+_CLOSED = "closed"  # the client closed, or the connection failed
+
+
+class GatedConn(TConn):
+    """A connection with the request it is reading, and until when it may take."""
+
+    def __init__(self, cfg: Config, sock: socket.socket, client: _AddressType, server: _AddressType,
+                 max_body_bytes: int) -> None:
+        super().__init__(cfg, sock, client, server)
+        self.frame = RequestFrame(max_body_bytes)
+        self.deadline = 0.0
+        self.handshaken = not cfg.is_ssl
+        self.close_after = False
+        self.closed = False
+
+
+class GatedThreadWorker(ThreadWorker):
+    """gthread, with the TLS handshake and the request read in the main loop (see the module docstring)."""
+
+    # Set by gunicorn_conf.py from the environment; these are its defaults.
+    request_read_seconds = 5.0
+    max_body_bytes = 3 * 1024 * 1024
+    max_pending = 256
+    pending_buffer_bytes = 24 * 1024 * 1024
+
+    # gthread's own attributes and method (gunicorn 23), which its type stubs do not declare.
+    _lock: threading.RLock
+    _keep: deque[TConn]
+    if TYPE_CHECKING:
+        def _wrap_future(self, fs: Future[tuple[bool, TConn]], conn: TConn) -> None: ...
+
+    def init_process(self) -> None:
+        self._pending: dict[GatedConn, None] = {}  # insertion order is deadline order
+        self._pending_bytes = 0
+        self._closed_late = 0
+        self._closed_evicted = 0
+        self._reported_at = time.monotonic()
+        super().init_process()
+
+    # --- new connections -----------------------------------------------------------------------
+    def accept(self, server: _AddressType, listener: socket.socket) -> None:
+        try:
+            sock, client = listener.accept()
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        conn = GatedConn(self.cfg, sock, client, server, self.max_body_bytes)
+        self.nr_conns += 1
+        if len(self._pending) >= self.max_pending:
+            self._evict_oldest_pending()
+        if self.nr_conns >= self.worker_connections:
+            self._evict_idle_keepalive()
+        self._pending_add(conn)
+        self._wait(conn, selectors.EVENT_READ)
+
+    def on_client_socket_readable(self, conn: TConn, client: socket.socket) -> None:
+        """A kept-alive connection has more to say: read its next request here, not in a thread."""
+        assert isinstance(conn, GatedConn)  # every connection of this worker is one
+        with self._lock:
+            self.poller.unregister(client)
+            try:
+                self._keep.remove(conn)
+            except ValueError:  # closed meanwhile (keep-alive timeout or eviction)
+                return
+        self._pending_add(conn)
+        self._advance(conn)
+
+    # --- reading in the main loop ----------------------------------------------------------------
+    def _wait(self, conn: GatedConn, events: int) -> None:
+        with self._lock:
+            self.poller.register(conn.sock, events, partial(self._on_event, conn))
+
+    def _on_event(self, conn: GatedConn, fileobj: socket.socket) -> None:
+        with self._lock:
+            self.poller.unregister(fileobj)
+        self._advance(conn)
+
+    def _advance(self, conn: GatedConn) -> None:
+        try:
+            if not conn.handshaken:
+                if not isinstance(conn.sock, ssl.SSLSocket):
+                    conn.sock = gunicorn_sock.ssl_context(self.cfg).wrap_socket(
+                        conn.sock, server_side=True, do_handshake_on_connect=False,
+                        suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
+                try:
+                    conn.sock.do_handshake()
+                except ssl.SSLWantReadError:
+                    return self._wait(conn, selectors.EVENT_READ)
+                except ssl.SSLWantWriteError:
+                    return self._wait(conn, selectors.EVENT_WRITE)
+                conn.handshaken = True
+            state = self._read_available(conn)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError: a failed handshake, a reset
+            self.log.debug("closing a connection that failed before its request was read: %s", exc)
+            state = _CLOSED
+        if state == _CLOSED:
+            return self._close_pending(conn)
+        if state == WAIT:
+            self._evict_over_budget()
+            if not conn.closed:
+                self._wait(conn, selectors.EVENT_READ)
+            return
+        if state == HEAD_TOO_LARGE:
+            self._refuse(conn, b"431 Request Header Fields Too Large",
+                         b"request head is larger than %d bytes\n" % conn.frame.max_head_bytes)
+            return self._close_pending(conn)
+        self._dispatch(conn, close_after=state == READY_CLOSE)
+
+    def _read_available(self, conn: GatedConn) -> str:
+        while True:
+            try:
+                data = conn.sock.recv(READ_CHUNK_BYTES)
+            except (ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+                return WAIT
+            except ssl.SSLWantWriteError:  # a TLS renegotiation or key update mid-read: not from our clients
+                return _CLOSED
+            if not data:
+                return _CLOSED
+            self._pending_bytes += len(data)
+            state = conn.frame.feed(data)
+            if state != WAIT:
+                return state
+
+    def _dispatch(self, conn: GatedConn, *, close_after: bool) -> None:
+        self._pending_remove(conn)
+        conn.close_after = close_after
+        # Blocking again, for the thread; anything it still reads or writes has a deadline too.
+        conn.sock.settimeout(self.request_read_seconds)
+        if conn.parser is None:
+            conn.parser = http.RequestParser(self.cfg, conn.sock, conn.client)
+        conn.parser.unreader.unread(conn.frame.take())
+        conn.initialized = True
+        self._wrap_future(self.tpool.submit(self.handle, conn), conn)
+
+    @staticmethod
+    def _refuse(conn: GatedConn, status: bytes, body: bytes) -> None:
+        try:
+            conn.sock.send(b"HTTP/1.1 " + status + b"\r\nConnection: close\r\nContent-Type: text/plain\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        except (OSError, ValueError):
+            pass
+
+    # --- in the thread -------------------------------------------------------------------------------
+    def handle(self, conn: TConn) -> tuple[bool, TConn]:
+        """gthread's handle, then: requests the client sent behind this one (pipelined) are answered
+        in turn while they are whole in memory; a partial one goes back to the main loop with the socket."""
+        assert isinstance(conn, GatedConn)  # every connection of this worker is one
+        while True:
+            keepalive, _ = super().handle(conn)
+            if not keepalive or conn.close_after or conn.parser is None:
+                return False, conn
+            message = conn.parser.mesg
+            if message is not None and message.body is not None:  # a body the app did not read, in memory
+                while message.body.read(READ_CHUNK_BYTES):
+                    pass
+            unreader = conn.parser.unreader
+            rest = unreader.buf.getvalue()  # gunicorn 23's Unreader: what was read but not parsed
+            unreader.buf = io.BytesIO()
+            if not rest:
+                return True, conn
+            state = conn.frame.feed(rest)
+            if state in (READY, READY_CLOSE):
+                conn.close_after = state == READY_CLOSE
+                unreader.unread(conn.frame.take())
+                continue
+            return state == WAIT, conn
+
+    # --- bookkeeping, in the main loop -----------------------------------------------------------
+    def _pending_add(self, conn: GatedConn) -> None:
+        conn.deadline = time.monotonic() + self.request_read_seconds
+        self._pending[conn] = None
+        self._pending_bytes += len(conn.frame)
+
+    def _pending_remove(self, conn: GatedConn) -> None:
+        if self._pending.pop(conn, 0) is None:
+            self._pending_bytes -= len(conn.frame)
+
+    def _close_pending(self, conn: GatedConn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        self._pending_remove(conn)
+        with self._lock:
+            try:
+                self.poller.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                pass  # not registered: it was being read
+        conn.close()
+        self.nr_conns -= 1
+
+    def _evict_oldest_pending(self) -> None:
+        if self._pending:
+            self._closed_evicted += 1
+            self._close_pending(next(iter(self._pending)))
+
+    def _evict_over_budget(self) -> None:
+        while self._pending_bytes > self.pending_buffer_bytes and self._pending:
+            self._evict_oldest_pending()
+
+    def _evict_idle_keepalive(self) -> None:
+        with self._lock:
+            try:
+                conn = self._keep.popleft()
+            except IndexError:
+                return
+            try:
+                self.poller.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+        self._closed_evicted += 1
+        conn.close()
+        self.nr_conns -= 1
+
+    def murder_keepalived(self) -> None:
+        """Every turn of the main loop: gthread's keep-alive timeouts, then the request deadlines."""
+        super().murder_keepalived()
+        now = time.monotonic()
+        while self._pending:
+            conn = next(iter(self._pending))
+            if conn.deadline > now:
+                break
+            self._closed_late += 1
+            self._close_pending(conn)
+        if (self._closed_late or self._closed_evicted) and now - self._reported_at >= REPORT_EVERY_SECONDS:
+            self.log.warning(
+                "closed %d connection(s) that sent no whole request within %g s and %d to stay within %d "
+                "incomplete connections, %d MiB of their buffers or %d connections (slow or idle clients)",
+                self._closed_late, self.request_read_seconds, self._closed_evicted, self.max_pending,
+                self.pending_buffer_bytes // 2**20, self.worker_connections)
+            self._closed_late = self._closed_evicted = 0
+            self._reported_at = now

@@ -1,0 +1,132 @@
+"""Namespace policies (how each namespace's GPU Pods are treated) and the quotas synced for them."""
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from mutations.engine import Mode, SchedulerScope
+
+from .base import TimestampedModel, kube_name_validator, namespace_pattern_validator, quantity_validator
+from .presets import Preset
+
+
+class NamespacePolicy(TimestampedModel):
+    """How the Pods of one namespace, or of namespaces matching a pattern, are treated."""
+
+    namespace = models.CharField(
+        max_length=253, unique=True, validators=[namespace_pattern_validator],
+        help_text="An exact namespace, or a pattern such as team-* "
+                  "(exact beats pattern, longer pattern beats shorter).",
+    )
+    description = models.TextField(blank=True)
+    mode = models.CharField(
+        max_length=16, choices=[(m.value, m.value) for m in Mode], default=Mode.ENFORCE.value,
+        help_text="enforce: patch Pods; audit-only: record what would change, patch nothing; off: leave Pods alone.",
+    )
+    default_preset = models.ForeignKey(
+        Preset, null=True, blank=True, on_delete=models.PROTECT, related_name="default_for_policies"
+    )
+    allowed_presets = models.ManyToManyField(
+        Preset, blank=True, related_name="allowed_in_policies", help_text="Empty allows every enabled preset."
+    )
+    max_vgpus_per_pod = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    max_vgpu_memory_mib = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    scheduler_name = models.CharField(max_length=63, default="volcano", blank=True)
+    scheduler_scope = models.CharField(
+        max_length=16, choices=[(s.value, s.value) for s in SchedulerScope], default=SchedulerScope.GPU_PODS.value,
+        help_text="Whether the scheduler name is set on GPU Pods only or on every Pod.",
+    )
+    cpu_request = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    cpu_limit = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    memory_request = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    memory_limit = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    deny_privileged = models.BooleanField(
+        default=True, help_text="Deny GPU Pods with privileged containers (they escape vGPU isolation)."
+    )
+    default_queue = models.CharField(
+        max_length=253, blank=True, validators=[kube_name_validator],
+        help_text="Volcano queue set (scheduling.volcano.sh/queue-name) on Pods Volcano schedules that name none.",
+    )
+    # A JSON list of queue names (works on PostgreSQL and SQLite alike); profiles.services.validation checks each.
+    allowed_queues = models.JSONField(
+        default=list, blank=True,
+        help_text="Volcano queues Pods here may name; empty allows any. The default queue must be one of them.",
+    )
+    priority_class = models.CharField(
+        max_length=253, blank=True, validators=[kube_name_validator],
+        help_text="PriorityClass set on the Pods this policy reaches when they name none (a preset's class beats "
+                  "it). It must exist in the cluster: the API server refuses Pods naming a missing class.",
+    )
+    budget_vgpu_memory_gib = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="vGPU memory budget per namespace, in GiB: a ResourceQuota on requests.volcano.sh/vgpu-memory "
+                  "written by manage.py sync_quotas. Empty: no memory budget.",
+    )
+    budget_vgpu_number = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="vGPU count budget per namespace: a ResourceQuota on requests.volcano.sh/vgpu-number written by "
+                  "manage.py sync_quotas. Empty: no count budget.",
+    )
+    infer_from_serving = models.BooleanField(
+        default=True,
+        help_text="Size GPU Pods that name no size from their serving command (vLLM, SGLang, TGI, llama.cpp, "
+                  "KServe): the model catalog, tensor parallelism and the context length. Off: the default preset.",
+    )
+    kv_cache_sequences = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(256)],
+        help_text="Full-length sequences the KV cache is sized for when sizing from the serving command (1: the "
+                  "least the server starts with; more grants room for concurrent long requests).",
+    )
+
+    class Meta:
+        ordering = ["namespace"]
+        verbose_name_plural = "namespace policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(budget_vgpu_memory_gib__isnull=True) | Q(budget_vgpu_memory_gib__gt=0),
+                name="%(app_label)s_%(class)s_budget_memory_positive",
+                violation_error_message="The vGPU memory budget must be at least 1 GiB; leave it empty for none.",
+            ),
+            models.CheckConstraint(
+                condition=Q(budget_vgpu_number__isnull=True) | Q(budget_vgpu_number__gt=0),
+                name="%(app_label)s_%(class)s_budget_number_positive",
+                violation_error_message="The vGPU count budget must be at least 1; leave it empty for none.",
+            ),
+            models.CheckConstraint(
+                condition=Q(mode__in=[m.value for m in Mode]),
+                name="%(app_label)s_%(class)s_mode_valid",
+                violation_error_message="Mode must be enforce, audit-only or off.",
+            ),
+            models.CheckConstraint(
+                condition=Q(scheduler_scope__in=[s.value for s in SchedulerScope]),
+                name="%(app_label)s_%(class)s_scheduler_scope_valid",
+                violation_error_message="Scheduler scope must be gpu-pods or all-pods.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.namespace
+
+
+class NamespaceQuota(models.Model):
+    """The vGPU ResourceQuota of one namespace as `manage.py sync_quotas` last wrote and read it.
+
+    Written by profiles.quotas only; the dashboard's budgets page reads it. `used` is the quota's
+    status when the command listed it, so it is as old as the last run (the CronJob's interval).
+    """
+
+    namespace = models.CharField(max_length=253, unique=True)
+    policy_namespace = models.CharField(max_length=253,
+                                        help_text="The policy (namespace or pattern) whose budget it is.")
+    hard = models.JSONField(default=dict, help_text="spec.hard as sync_quotas wants it (resource -> quantity).")
+    status_hard = models.JSONField(default=dict, help_text="status.hard as last read from the cluster.")
+    status_used = models.JSONField(default=dict, help_text="status.used as last read from the cluster.")
+    action = models.CharField(max_length=16, help_text="What the last run did: created, updated, unchanged, failed.")
+    message = models.TextField(blank=True)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["namespace"]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}: {self.action}"
