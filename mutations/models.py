@@ -118,23 +118,21 @@ class AdmissionAudit(models.Model):
         indexes = [
             # The writer's replay check, request_uid = ANY(batch) in each partition within AUDIT_REPLAY_WINDOW of
             # the batch, reads a hash index on request_uid that only the partitions of the recent days have
-            # (and DEFAULT): made with each partition, dropped as its day ages (partitions.UID_INDEX_DAYS_BEHIND,
-            # migration 0021). Not declared here: SQLite (development) keeps 0015's plain index.
+            # (and DEFAULT): made with each partition, dropped as its day ages (partitions.UID_INDEX_DAYS_BEHIND).
+            # Not declared here: SQLite (development) keeps a plain index.
             # History unfiltered, newest first, keyset pages and time ranges:
             # ORDER BY created_at DESC, id DESC WHERE (created_at, id) < cursor LIMIT n+1; also history
             # filtered by decision (six values, the rarest 2 % of rows: the newest rows hold a page of
-            # any of them) and the overview's latest denials and errors. (The overview's counts come
-            # from the rollups: no INCLUDE columns for index-only aggregates any more, migration 0015.)
-            # Ascending (0019), read backward for newest first: each row's entry goes at the index's right
-            # end, where a full page is split leaving the old one 90 % full; descending, every entry went at
-            # the left end and each split left two half-full pages (57 bytes a row instead of 32).
+            # any of them) and the overview's latest denials and errors (its counts come from the rollups).
+            # Ascending, read backward for newest first: each row's entry goes at the index's right end,
+            # where a full page is split leaving the old one 90 % full; descending, every split would leave
+            # two half-full pages (docs/audit-rollup.md, "Bytes per row").
             models.Index(fields=["created_at", "id"], name="audit_created"),
             # History filtered by namespace, preset or user: WHERE namespace = ? ORDER BY created_at DESC, id DESC.
-            # Each a one-column index (migration 0019): a few dozen values, so btree deduplication keeps one
-            # key per value and about 6 bytes a row, where (namespace, created_at, id) took 60 to 110. The
-            # planner reads a common value's page from audit_created (its rows are among the newest)
-            # and a rare one's few rows through its index, sorted; both are under 50 ms at 20,000,000 rows
-            # (docs/audit-rollup.md, "Bytes per row").
+            # Each a one-column index: a few dozen values, so btree deduplication keeps one key per value,
+            # far smaller than (namespace, created_at, id). The planner reads a common value's page from
+            # audit_created (its rows are among the newest) and a rare one's few rows through its index,
+            # sorted (docs/audit-rollup.md, "Bytes per row").
             models.Index(fields=["namespace"], name="audit_namespace"),
             models.Index(fields=["preset_name"], name="audit_preset"),
             models.Index(fields=["username"], name="audit_user"),
@@ -149,7 +147,7 @@ class AdmissionAudit(models.Model):
                          condition=WOULD_DENY_ROWS),
             # The same rows by namespace: a namespace's rehearsal counts its would-deny rows of the week and
             # reads its newest ones (rehearsal.py). Through audit_would_deny it read every namespace's rows of
-            # the week and dropped the others' (29,000 at 20,000,000 rows: 150 ms).
+            # the week and dropped the others'.
             models.Index(fields=["namespace", "created_at", "id"], name="audit_would_deny_namespace",
                          condition=WOULD_DENY_ROWS),
             # History free text on the Pod's name, WHERE pod_name LIKE '%term%' OR generate_name LIKE

@@ -22,7 +22,7 @@ DAYS_AHEAD = 7
 DAYS_BEHIND = 1
 # Transaction-level advisory locks (pg_advisory_xact_lock). Every path that changes the rollup takes
 # ROLLUP_LOCK_KEY first (the writer before its COPY, the table's triggers, prune, rebuild), then
-# table locks: one order, so they cannot deadlock. The triggers of migration 0010 use the same number.
+# table locks: one order, so they cannot deadlock. The rollup triggers' SQL uses the same number.
 ROLLUP_LOCK_KEY = 0x766F6C63616E01  # "volcan" + 1
 # Creating partitions: two writers starting together must not both create the same day.
 PARTITION_LOCK_KEY = 0x766F6C63616E02
@@ -32,8 +32,8 @@ PARTITION_LOCK_KEY = 0x766F6C63616E02
 # AUDIT_REPLAY_WINDOW, 10 minutes, of its rows): a hash index on request_uid, made on each partition of the
 # days from UID_INDEX_DAYS_BEHIND before today on (and DEFAULT), and dropped when its day is older
 # (audit_uid_indexes_trim): no check reads an older day, except a spool replayed days after an outage, which
-# then reads those days' rows in full and still finds every replay. At 20,000,000 rows the index took 37 bytes a
-# row on every day kept; on three days of ninety it takes about one (migration 0021, docs/audit-rollup.md).
+# then reads those days' rows in full and still finds every replay. Kept on every day, the index cost more
+# than any other per row (docs/audit-rollup.md).
 UID_INDEX_DAYS_BEHIND = 2
 UID_INDEX_SUFFIX = "_uid"
 

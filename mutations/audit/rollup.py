@@ -59,8 +59,8 @@ def rollup_sums(*, since: datetime, until: datetime, bucket: str, by: Sequence[s
     table, column = (HOURLY, "hour") if bucket == "hour" else (DAILY, "day")
     columns = ", ".join(f"extract(epoch FROM {column})::bigint" if name == "bucket" else name for name in by)
     where = f"{column} >= %s AND {column} <= %s" + (" AND decision = %s" if decision is not None else "")
-    # Grouped by the column, the epoch computed per group: extract() gives a numeric, and grouping 18,000 rows
-    # (a week of the hourly rollup at 20,000,000 audit rows) by it took twice as long (21 -> 13 ms).
+    # Grouped by the column, the epoch computed per group: extract() gives a numeric, and grouping by it is
+    # slower (measured: docs/benchmarks.md).
     groups = ", ".join(column if name == "bucket" else name for name in by)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {columns}, sum(admissions)::bigint, coalesce(sum(vgpu_memory_mib), 0)::bigint "
@@ -181,8 +181,8 @@ def audit_prune(*, cutoff: datetime, lock_timeout_ms: int = 5000) -> tuple[int, 
 
 
 # A day partition's indexes grow row by row as its rows arrive, and a B-tree that grows that way keeps its
-# pages about two-thirds full; rebuilt once the day has ended they are packed (issue 16's bytes per row:
-# docs/audit-rollup.md, "Compacting closed days"). Marked on the partition so each day is rebuilt once.
+# pages about two-thirds full; rebuilt once the day has ended they are packed (docs/audit-rollup.md,
+# "Compacting closed days"). Marked on the partition so each day is rebuilt once.
 COMPACTED_MARK = "volcano-injector: indexes compacted"
 COMPACT_DAYS_PER_RUN = 3
 

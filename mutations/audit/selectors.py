@@ -321,8 +321,8 @@ def audit_count(*, filters: dict[str, str] | None = None, limit: int | None = No
         left_ms = (deadline - time.monotonic()) * 1000
         # Newest first, as the page reads them: a common value (a user with a seventh of the rows) is counted
         # from the newest entries of audit_created until the limit, a rare one through its own index and
-        # sorted. Unordered, PostgreSQL built a bitmap of every entry of a common value in the day (70,000
-        # at 20,000,000 rows) before it stopped at the limit: 21-90 ms, over the budget, for no count at all.
+        # sorted. Unordered, PostgreSQL built a bitmap of every entry of a common value in the day before it
+        # stopped at the limit, past the budget, for no count at all (docs/audit-rollup.md).
         found = count_within(rows.order_by("-created_at", "-id").values("id")[: limit + 1 - counted],
                              budget_ms=int(left_ms)) if left_ms >= 1 else None
         if found is None:

@@ -2,7 +2,7 @@
 
 A column is compressed by declaring it a `CompressedJSONField` on AdmissionAudit: that declaration is
 the one place that says what is compressed. The COPY encoding (mutations/audit/encoding.py), the
-ORM and every reader follow from it, so a column added later (issue 15's engine inputs, say) costs
+ORM and every reader follow from it, so a column added later (the engine's inputs, say) costs
 one line. Why and what it saves: docs/audit-rollup.md, "Bytes per row".
 
 Stored form (PostgreSQL `bytea`): one byte naming the dictionary, then an LZ4 block (with its

@@ -143,22 +143,6 @@ def stacked_bars(*, buckets: list[datetime], counts: list[dict[str, int]], bucke
     return _close(parts, frame, buckets, bucket)
 
 
-def area(*, buckets: list[datetime], values: list[float], bucket: str, title: str, unit: str) -> SafeString:
-    """One quantity over time (e.g. vGPU memory granted) as a filled line."""
-    frame, parts = _open(buckets, max(values, default=0), title, unit)
-    base = TOP + frame.plot_h
-    points = [(frame.x(i), base - frame.height(v)) for i, v in enumerate(values)]
-    if points:
-        line = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-        parts.append(f'<polygon class="area-fill" '
-                     f'points="{points[0][0]:.1f},{base} {line} {points[-1][0]:.1f},{base}"/>')
-        parts.append(f'<polyline class="area-line" points="{line}"/>')
-        for (x, y), moment, v in zip(points, buckets, values, strict=True):
-            parts.append(f'<circle class="area-point" cx="{x:.1f}" cy="{y:.1f}" r="{2 if frame.n > 60 else 3}">'
-                         f'<title>{_when(moment, bucket)} UTC: {v:g} {escape(unit)}</title></circle>')
-    return _close(parts, frame, buckets, bucket)
-
-
 # Colours of the series in a stacked chart by name (namespaces, presets), in order; the last is "other".
 SERIES_COLOURS = ["#2b6cb0", "#2f855a", "#b7791f", "#805ad5", "#c53030", "#319795", "#718096"]
 

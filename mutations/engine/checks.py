@@ -146,13 +146,6 @@ def _host_paths_check(spec: JsonObject, policy: PolicySpec) -> list[Denial]:
     return found
 
 
-def policy_limits_check(*, gpu_containers: list[Container], policy: PolicySpec) -> None:
-    """Deny vGPU values Volcano cannot read, and more vGPUs per Pod or MiB per vGPU than the policy allows."""
-    problems = policy_limit_violations(gpu_containers=gpu_containers, policy=policy)
-    if problems:
-        raise Denial.of(problems)
-
-
 def policy_limit_violations(*, gpu_containers: list[Container], policy: PolicySpec) -> list[Denial]:
     """vGPU values Volcano cannot read (raised at once), and every limit of the policy the Pod goes past."""
     regular, init = 0, 0

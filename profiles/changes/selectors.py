@@ -112,8 +112,8 @@ def configuration_at(*, version: int, objects: list[tuple[str, str]]) -> list[Ob
     wanted = [(object_type, name) for object_type, name in objects if name]
     if version <= 0 or not wanted:
         return [ObjectAtVersion(object_type=t, name=n, change=None, changed_since=None) for t, n in wanted]
-    # Raw SQL: the ORM compiling four sliced querysets into a UNION cost more than running it (a third of
-    # the detail page's 10 ms at 20,000,000 audit rows).
+    # Raw SQL: the ORM compiling four sliced querysets into a UNION cost more than running it
+    # (docs/benchmarks.md).
     table = ObjectChange._meta.db_table
     # Each one-row read a subquery in FROM: SQLite (development) takes no parenthesised SELECT in a UNION.
     one = (f"SELECT * FROM (SELECT * FROM {table} WHERE object_type = %s AND object_repr = %s AND id {{}} %s "
