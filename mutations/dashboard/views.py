@@ -23,6 +23,7 @@ from profiles.selectors import configuration_names, namespace_quota_list
 
 from ..audit import audit_backlog_rows, memory, rehearsal, selectors
 from ..audit.filters import DECISION_CHOICES, WOULD_DENY, AuditFilter
+from ..audit.overview import DEFAULT_WINDOW, WINDOWS, Overview, audit_overview
 from ..audit.unconverted import unconverted_scan_latest
 from ..engine import Decision
 from ..engine.jsonpatch import unescape
@@ -74,10 +75,10 @@ def page_context(request, **extra) -> dict:
 @require_GET
 @audit_viewer_required
 def overview(request):
-    window = request.GET.get("window", selectors.DEFAULT_WINDOW)
-    if window not in selectors.WINDOWS:
-        window = selectors.DEFAULT_WINDOW
-    data = selectors.audit_overview(window=window)
+    window = request.GET.get("window", DEFAULT_WINDOW)
+    if window not in WINDOWS:
+        window = DEFAULT_WINDOW
+    data = audit_overview(window=window)
     would_deny = rehearsal.would_deny_count(since=data.since, until=data.until)
     per = "hour" if data.bucket == "hour" else "day"
     top_count = max((n["n"] for n in data.top_namespaces), default=0) or 1
@@ -92,7 +93,7 @@ def overview(request):
         request,
         data=data,
         window=window,
-        windows=list(selectors.WINDOWS),
+        windows=list(WINDOWS),
         decisions=decisions,
         admissions_chart=charts.stacked_bars(buckets=data.buckets, counts=data.counts, bucket=data.bucket,
                                              title=f"Admissions per {per} by decision"),
@@ -118,7 +119,7 @@ SERIES_SHOWN = 6
 OTHER_SERIES = "other"
 
 
-def _memory_series(*, key: str, data: selectors.Overview, per: str) -> dict:
+def _memory_series(*, key: str, data: Overview, per: str) -> dict:
     """vGPU memory granted per bucket stacked by namespace or preset, its legend, and Pods converted."""
     rows = memory.memory_granted_by(key=key, since=data.since, until=data.until, bucket=data.bucket)
     totals: dict[str, list[int]] = {}

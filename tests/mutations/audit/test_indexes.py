@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from mutations.audit import partitions, selectors
+from mutations.audit import overview, partitions, selectors
 from mutations.models import AdmissionAudit
 
 pytestmark = pytest.mark.django_db
@@ -117,7 +117,7 @@ def test_overview_reads_only_its_window_of_the_audit_table_through_an_index(fill
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as captured:
-        selectors.audit_overview(window="7d")
+        overview.audit_overview(window="7d")
     [sql] = [q["sql"] for q in captured.captured_queries if "mutations_admissionaudit" in q["sql"]]
     plan = explain(sql)
     assert not sequential_scans(plan) and "Limit" in plan and "Index Scan" in plan, plan

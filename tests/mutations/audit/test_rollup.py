@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from mutations.audit import memory, rollup, selectors
+from mutations.audit import memory, overview, rollup
 from mutations.models import AdmissionAudit, AuditRollup, AuditRollupDaily
 from tests.support.audit import audit_row
 
@@ -57,7 +57,7 @@ def overview_counting_the_table(window: str, now, monkeypatch) -> dict:
     """The overview as the audit table alone gives it (the path SQLite takes)."""
     with monkeypatch.context() as patched:
         patched.setattr(rollup, "connection", SimpleNamespace(vendor="sqlite"))
-        return shown(selectors.audit_overview(window=window, now=now))
+        return shown(overview.audit_overview(window=window, now=now))
 
 
 def shown(overview) -> dict:
@@ -101,11 +101,11 @@ def test_truncating_the_audit_table_empties_the_rollups():
 def test_overview_from_the_rollups_shows_what_counting_the_table_shows(monkeypatch):
     now = timezone.now().replace(minute=30)
     rows_over([0.05, 0.1, 0.2, 1.1, 1.2, 1.3, 5, 5, 26, 30, 50, 100, 170, 24 * 20, 24 * 80], now=now)
-    for window in selectors.WINDOWS:
-        with_rollup = shown(selectors.audit_overview(window=window, now=now))
+    for window in overview.WINDOWS:
+        with_rollup = shown(overview.audit_overview(window=window, now=now))
         assert with_rollup == overview_counting_the_table(window, now, monkeypatch), window
     # and those numbers are the table's: 12 rows are in the last 7 days (not those 170 h, 20 and 80 days old)
-    week = shown(selectors.audit_overview(window="7d", now=now))
+    week = shown(overview.audit_overview(window="7d", now=now))
     in_week = AdmissionAudit.objects.filter(created_at__gte=week["since"], created_at__lte=now)
     assert week["totals"] == {d: in_week.filter(decision=d).count() for d in week["totals"]}
     assert sum(week["totals"].values()) == 12
@@ -116,7 +116,7 @@ def test_memory_granted_from_the_rollups_is_what_counting_the_table_gives(monkey
     rows_over([0.05, 0.1, 0.2, 1.1, 1.2, 1.3, 5, 5, 26, 30, 50, 100, 170, 24 * 20, 24 * 80], now=now)
     audit_row(created_at=now - timedelta(hours=3), namespace="team-a", decision="mutated", preset_name="",
               vgpu_memory_mib=2048)  # converted without a preset: its own series
-    for window, (span, bucket) in selectors.WINDOWS.items():
+    for window, (span, bucket) in overview.WINDOWS.items():
         for key in memory.KEYS:
             query = {"key": key, "since": now - span, "until": now, "bucket": bucket}
             from_rollup = sorted(memory.memory_granted_by(**query))
@@ -140,7 +140,7 @@ def test_overview_reads_the_rollups_not_the_audit_table():
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as captured:
-        selectors.audit_overview(window="30d")
+        overview.audit_overview(window="30d")
     counting = [q["sql"] for q in captured.captured_queries if "GROUP BY" in q["sql"]]
     assert counting and all("mutations_admissionaudit" not in sql for sql in counting), counting
 
@@ -152,9 +152,9 @@ def test_prune_takes_the_dropped_days_out_of_the_rollups(capsys, monkeypatch):
     assert not AuditRollup.objects.filter(hour__lt=timezone.now() - timedelta(days=90)).exists()
     assert rollup_total() == 3 and rollups_match_the_table()
     now = timezone.now()
-    overview = shown(selectors.audit_overview(window="90d", now=now))
-    assert sum(overview["totals"].values()) == AdmissionAudit.objects.count() == 3
-    assert overview == overview_counting_the_table("90d", now, monkeypatch)
+    shown_90d = shown(overview.audit_overview(window="90d", now=now))
+    assert sum(shown_90d["totals"].values()) == AdmissionAudit.objects.count() == 3
+    assert shown_90d == overview_counting_the_table("90d", now, monkeypatch)
 
 
 def test_refresh_command_without_rebuild_changes_nothing(capsys):
@@ -179,5 +179,5 @@ def test_a_rollup_changed_by_hand_does_not_stop_retention_and_can_be_rebuilt(cap
     assert "counted 1 audit rows" in capsys.readouterr().out
     assert list(AuditRollup.objects.values_list("admissions", flat=True)) == [1]
     assert rollups_match_the_table()
-    day = shown(selectors.audit_overview(window="24h", now=now))
+    day = shown(overview.audit_overview(window="24h", now=now))
     assert overview_counting_the_table("24h", now, monkeypatch) == day
