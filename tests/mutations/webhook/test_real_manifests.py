@@ -2,7 +2,8 @@
 /mutate with the seeded catalog and policy: every Pod gets a per-card grant at or above what its server needs to
 start, computed here from the model's config.json and the manifest's flags (tests/support/serving_need.py, no
 engine code), and at most 1.6 x that need + 4 GiB; or a denial whose fix, applied to the Pod and posted again, is
-admitted with such a grant and needs no more GPUs than a node has (issue 30).
+admitted with such a grant, needs no more GPUs than a node has, and does not ask a Pod of a LeaderWorkerSet group for
+GPUs the group already has (issue 30).
 
 The flags of each manifest are read here by hand (the `CASES` table); the engine reads them by itself. Cases that
 fail on main are marked xfail(strict=True) with the pattern of issue 30 they fall under: fixing the engine turns
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.django_db
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "fixtures" / "manifests"
 GPU = "nvidia.com/gpu"
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 NODE_GPUS = 8  # the largest GPU nodes (8 x H100 / A100 / L4): a fix asking for more can never be scheduled
 
 LLAMA_31_8B = "meta-llama--Llama-3.1-8B-Instruct"
@@ -84,6 +86,8 @@ GROUP = ("issue 30 pattern 1 (group): a LeaderWorkerSet Pod of a TP 8 x PP 2 gro
          "as if it held the whole model (denied: ask for nvidia.com/gpu: 16, which no node has)")
 GROUP_WORKER = ("issue 30 pattern 1 (group): the group's worker runs `ray start` (ray_init.sh), not the server: "
                 "sized by the namespace default, far below its share of the group")
+SGLANG_GROUP = ("issue 30 pattern 1 (group): SGLang --tp 2 over --nnodes 2 LeaderWorkerSet Pods of 1 GPU is denied "
+                "as a GPU-count mismatch (ask for nvidia.com/gpu: 2), though the group has its 2 GPUs")
 XFAIL: dict[str, str] = {
     "lws-vllm-native-405b-leader": GROUP,
     "lws-vllm-native-405b-worker": GROUP,
@@ -93,6 +97,10 @@ XFAIL: dict[str, str] = {
                                  "`bash .../multi-node-serving.sh worker` is read as `vllm serving bash` and the "
                                  "group is not seen: sized by the namespace default, below its share of the group"),
     "gke-lws-vllm-405b-worker": GROUP_WORKER,
+    "lws-sglang-llama-8b-leader": SGLANG_GROUP,
+    "lws-sglang-llama-8b-worker": SGLANG_GROUP,
+    "lws-sglang-basic-llama-8b-leader": SGLANG_GROUP,
+    "lws-sglang-basic-llama-8b-worker": SGLANG_GROUP,
     "production-stack-opt-125m": ("issue 30 pattern 2 (name): facebook/opt-125m is not in the catalog and is sized "
                                   "from the 125M in its name; the estimate leaves less than the CUDA context needs "
                                   "outside vLLM's 0.9 budget, so vLLM refuses to start"),
@@ -154,6 +162,10 @@ def _apply_fix(pod: dict, serving: Serving, message: str) -> tuple[dict, Serving
         serving, gpus = serving.replace(max_model_len=length), None
     elif gpus_fix:
         gpus = int(gpus_fix[1])
+        group = int(pod["metadata"].get("annotations", {}).get(LWS_SIZE, "1"))
+        assert _pod_gpus(pod) * group < serving.tp * serving.pp, (
+            f"the Pod is one of a group of {group} Pods that together have the {serving.tp * serving.pp} GPUs its "
+            f"server spans, yet it is told to ask for more: {message}")
     else:
         pytest.fail(f"the denial names no fix that can be applied: {message}")
     if gpus is not None:
@@ -163,6 +175,10 @@ def _apply_fix(pod: dict, serving: Serving, message: str) -> tuple[dict, Serving
                 if GPU in (container["resources"].get(part) or {}):
                     container["resources"][part][GPU] = str(gpus)
     return pod, serving
+
+
+def _pod_gpus(pod: dict) -> int:
+    return max(int((c["resources"].get("limits") or {}).get(GPU, 0)) for c in pod["spec"]["containers"])
 
 
 def _case(name: str):
