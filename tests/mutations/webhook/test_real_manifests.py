@@ -76,6 +76,11 @@ CASES: dict[str, Serving] = {
                                                     weights="fp16"),
     "sglang-k8s-service-llama-3.1-8b": Serving(LLAMA_31_8B, engine="sglang"),
     "kserve-huggingface-llama-3-8b": Serving("meta-llama--Meta-Llama-3-8B-Instruct"),
+    # NVIDIA NIM: the model only in the image (NIM takes no model argument); NIM's vLLM profile on the model's
+    # native context, TP = the GPUs asked for
+    "kserve-nim-llama3-8b-instruct": Serving("meta-llama--Meta-Llama-3-8B-Instruct"),
+    "kserve-nim-mistral-7b-instruct-v03": Serving("mistralai--Mistral-7B-Instruct-v0.3"),
+    "kserve-nim-mixtral-8x7b-instruct": Serving("mistralai--Mixtral-8x7B-Instruct-v0.1", tp=2),
     "aibrix-quickstart-deepseek-r1-distill-llama-8b": Serving("deepseek-ai--DeepSeek-R1-Distill-Llama-8B",
                                                               max_model_len=12288),
 }
@@ -88,6 +93,8 @@ GROUP_WORKER = ("issue 30 pattern 1 (group): the group's worker runs `ray start`
                 "sized by the namespace default, far below its share of the group")
 SGLANG_GROUP = ("issue 30 pattern 1 (group): SGLang --tp 2 over --nnodes 2 LeaderWorkerSet Pods of 1 GPU is denied "
                 "as a GPU-count mismatch (ask for nvidia.com/gpu: 2), though the group has its 2 GPUs")
+NIM = ("issue 30 pattern 4 (unnamed): a NIM predictor names its model only in the image (nvcr.io/nim/<org>/<model>); "
+       "nothing is read and the namespace default is granted without a warning that says so")
 XFAIL: dict[str, str] = {
     "lws-vllm-native-405b-leader": GROUP,
     "lws-vllm-native-405b-worker": GROUP,
@@ -101,6 +108,9 @@ XFAIL: dict[str, str] = {
     "lws-sglang-llama-8b-worker": SGLANG_GROUP,
     "lws-sglang-basic-llama-8b-leader": SGLANG_GROUP,
     "lws-sglang-basic-llama-8b-worker": SGLANG_GROUP,
+    "kserve-nim-llama3-8b-instruct": NIM,
+    "kserve-nim-mistral-7b-instruct-v03": NIM,
+    "kserve-nim-mixtral-8x7b-instruct": NIM,
     "production-stack-opt-125m": ("issue 30 pattern 2 (name): facebook/opt-125m is not in the catalog and is sized "
                                   "from the 125M in its name; the estimate leaves less than the CUDA context needs "
                                   "outside vLLM's 0.9 budget, so vLLM refuses to start"),
