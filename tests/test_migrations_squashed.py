@@ -1,0 +1,167 @@
+"""The squashed migrations (mutations 0001_squashed_0021_audit, profiles 0001_squashed_0007_configuration, issue 29)
+make what the chain they replace made, and a database that chain migrated upgrades with nothing to do.
+
+The reference is tests/fixtures/schema/: an empty database migrated by the old chain before it was deleted,
+read by tests.support.schema (pg_dump --schema-only and every row, normalised).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+import re
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.conf import settings
+
+from mutations.audit import partitions
+from tests.support.schema import schema_dump, seeded_rows
+from tests.support.servers import REPO, VENV_BIN, database_drop, database_recreate
+
+FIXTURES = REPO / "tests" / "fixtures" / "schema"
+SQUASHED = {"mutations": "0001_squashed_0021_audit", "profiles": "0001_squashed_0007_configuration"}
+
+
+def database_url(name: str) -> str:
+    db = settings.DATABASES["default"]
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    return f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name}"
+
+
+def manage(url: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(VENV_BIN / "python"), "manage.py", *args], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "DATABASE_URL": url, "INJECTOR_DEV_MODE": "true"}, timeout=300)
+
+
+def same_text(actual: str, expected: str, what: str) -> None:
+    diff = list(difflib.unified_diff(expected.splitlines(), actual.splitlines(), "old chain", "squashed", lineterm=""))
+    assert not diff, f"{what} differs from the old chain's:\n" + "\n".join(diff[:80])
+
+
+@pytest.fixture(scope="module")
+def squashed_database():
+    """An empty database migrated by the squashed migrations."""
+    url = database_url(f"volcano_injector_squashed_{os.getpid()}")
+    database_recreate(url)
+    try:
+        yield url
+    finally:
+        database_drop(url)
+
+
+def test_a_new_database_gets_the_old_chains_schema(squashed_database):
+    same_text(schema_dump(squashed_database), (FIXTURES / "schema.sql").read_text(), "the schema")
+
+
+def test_a_new_database_gets_the_old_chains_rows_and_sequences(squashed_database):
+    """GPU models, presets, the `*` policy, the language-model catalog, configuration version 1, and the change
+    log's ids starting above it (its sequence at 1)."""
+    same_text(seeded_rows(squashed_database), (FIXTURES / "rows.json").read_text(), "the rows")
+
+
+def test_the_squashed_migrations_reverse_to_nothing_and_make_the_same_again(squashed_database):
+    for app in ("mutations", "profiles"):
+        done = manage(squashed_database, "migrate", app, "zero", "--noinput")
+        assert done.returncode == 0, done.stderr
+    with psycopg.connect(squashed_database) as conn:
+        left = conn.execute("SELECT relname FROM pg_class WHERE relname ~ '^(mutations|profiles)_' UNION ALL "
+                            "SELECT proname FROM pg_proc WHERE proname LIKE 'mutations%'").fetchall()
+    assert left == []
+    done = manage(squashed_database, "migrate", "--noinput")
+    assert done.returncode == 0, done.stderr
+    same_text(schema_dump(squashed_database), (FIXTURES / "schema.sql").read_text(), "the schema made again")
+
+
+def schema_load(url: str, *, today=None) -> None:
+    """The old chain's schema (the fixture), its partitions named for today, into an empty database."""
+    first = (today or datetime.now(UTC).date()) - timedelta(days=partitions.DAYS_BEHIND)
+
+    def day(offset: str):
+        return first + timedelta(days=int(offset))
+
+    sql = (FIXTURES / "schema.sql").read_text()
+    sql = re.sub(r"\(day \+(\d+)\)", lambda m: f"('{day(m[1]):%Y-%m-%d} 00:00:00+00')", sql)
+    sql = re.sub(r"mutations_admissionaudit_p\+(\d+)", lambda m: partitions.partition_name(day(m[1])), sql)
+    done = subprocess.run(["psql", "-v", "ON_ERROR_STOP=1", "-q", url], input=sql, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def old_chain_applied(url: str) -> list[tuple[str, str]]:
+    """Record, as the old chain's database has them, every migration but the squashed ones: theirs instead."""
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    rows = [key for key in loader.disk_migrations if key[0] not in SQUASHED]
+    for app, name in SQUASHED.items():
+        rows += list(loader.disk_migrations[app, name].replaces)
+    with psycopg.connect(url) as conn:
+        conn.cursor().executemany("INSERT INTO django_migrations (app, name, applied) VALUES (%s, %s, now())", rows)
+    return rows
+
+
+@pytest.fixture
+def old_chain_database():
+    """A database as the old chain left it: its schema, and django_migrations naming every replaced migration."""
+    url = database_url(f"volcano_injector_old_chain_{os.getpid()}")
+    database_drop(url)
+    with psycopg.connect(database_url("postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{url.rsplit("/", 1)[1]}"')
+    try:
+        schema_load(url)
+        old_chain_applied(url)
+        yield url
+    finally:
+        database_drop(url)
+
+
+def test_a_database_the_old_chain_migrated_is_up_to_date(old_chain_database):
+    # Compared with itself before: a schema loaded from a dump deparses some CHECKs a little differently.
+    before = schema_dump(old_chain_database)
+    check = manage(old_chain_database, "migrate", "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    shown = manage(old_chain_database, "showmigrations", "mutations", "profiles").stdout
+    for app, name in SQUASHED.items():
+        assert re.search(rf"\[[-X]\] {name} ", shown), shown
+    assert "[ ]" not in shown
+    applied = manage(old_chain_database, "apply_migrations")  # the init container's command
+    assert applied.returncode == 0 and "No migrations to apply" in applied.stdout, applied.stdout + applied.stderr
+    with psycopg.connect(old_chain_database) as conn:
+        recorded = {app for (app,) in conn.execute(
+            "SELECT app FROM django_migrations WHERE name = ANY(%s)", [list(SQUASHED.values())])}
+    assert recorded == set(SQUASHED)  # Django records the squashed migrations as applied: nothing ran
+    assert schema_dump(old_chain_database) == before
+
+
+def test_a_database_part_of_the_way_through_the_old_chain_is_refused_with_what_to_do(old_chain_database):
+    with psycopg.connect(old_chain_database) as conn:
+        conn.execute("DELETE FROM django_migrations WHERE app = 'mutations' AND name >= '0020'")
+    done = manage(old_chain_database, "apply_migrations")
+    assert done.returncode != 0
+    assert "0020_audit_would_deny_namespace_index, 0021_audit_uid_index_on_recent_days not applied" in done.stderr
+    assert "previous release first" in done.stderr
+
+
+MIGRATION_FILES = sorted(p for app in SQUASHED for p in (REPO / app / "migrations").glob("[0-9]*.py"))
+
+
+@pytest.mark.parametrize("path", MIGRATION_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_no_migration_loads_another(path: Path):
+    """Each migration stands alone: none imports another (a migration's module name starts with a digit, so
+    that took importlib) or reads another's file."""
+    source = path.read_text()
+    imported = [node for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = [alias.name for node in imported if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module or "" for node in imported if isinstance(node, ast.ImportFrom)]
+    assert not [n for n in names if n == "importlib" or ".migrations" in n], names
+    assert not re.search(r"migrations[./]0\d{3}_", source)
+
+
+def test_every_sql_file_a_migration_runs_exists():
+    named = {m for path in MIGRATION_FILES for m in re.findall(r"\"(\w+\.sql)\"", path.read_text())}
+    assert named and {p.name for p in (REPO / "mutations" / "sql").glob("*.sql")} == named
