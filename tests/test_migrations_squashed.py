@@ -126,7 +126,7 @@ def test_a_database_the_old_chain_migrated_is_up_to_date(old_chain_database):
     check = manage(old_chain_database, "migrate", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
     shown = manage(old_chain_database, "showmigrations", "mutations", "profiles").stdout
-    for app, name in SQUASHED.items():
+    for name in SQUASHED.values():
         assert re.search(rf"\[[-X]\] {name} ", shown), shown
     assert "[ ]" not in shown
     applied = manage(old_chain_database, "apply_migrations")  # the init container's command

@@ -1,10 +1,10 @@
 """The audit table's partitions on PostgreSQL: one per UTC day of created_at, and a DEFAULT one.
 
-Migration 0010 partitions the table; the writer (every INJECTOR_AUDIT_PARTITION_CHECK_SECONDS) and
-`manage.py create_audit_partitions` create the days ahead; a row for a day without a partition
-lands in the DEFAULT partition, so no write ever fails for a missing one, and moves to its day's
-partition when that is created. prune_audit drops whole days (`audit_partition_drop`): the same
-few catalog changes at any table size. Design: docs/audit-rollup.md.
+The migration partitions the table (mutations/sql/audit_table_v1.sql); the writer (every
+INJECTOR_AUDIT_PARTITION_CHECK_SECONDS) and `manage.py create_audit_partitions` create the days ahead; a
+row for a day without a partition lands in the DEFAULT partition, so no write ever fails for a missing
+one, and moves to its day's partition when that is created. prune_audit drops whole days
+(`audit_partition_drop`): the same few catalog changes at any table size. Design: docs/audit-rollup.md.
 
 Every function takes a DB-API cursor (Django's or psycopg's) inside a transaction of the caller's.
 """
@@ -22,7 +22,8 @@ DAYS_AHEAD = 7
 DAYS_BEHIND = 1
 # Transaction-level advisory locks (pg_advisory_xact_lock). Every path that changes the rollup takes
 # ROLLUP_LOCK_KEY first (the writer before its COPY, the table's triggers, prune, rebuild), then
-# table locks: one order, so they cannot deadlock. The rollup triggers' SQL uses the same number.
+# table locks: one order, so they cannot deadlock. The rollup triggers
+# (mutations/sql/audit_rollup_trigger_v1.sql) write the same number out (test_partitions.py checks it).
 ROLLUP_LOCK_KEY = 0x766F6C63616E01  # "volcan" + 1
 # Creating partitions: two writers starting together must not both create the same day.
 PARTITION_LOCK_KEY = 0x766F6C63616E02

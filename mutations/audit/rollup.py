@@ -3,8 +3,8 @@
 Why: the overview aggregates every admission of its window, which grows with the table; the rollups
 hold one row per hour (or day) and (decision, namespace, preset). The design: docs/audit-rollup.md.
 
-What keeps them: on PostgreSQL the audit table's statement triggers (migration 0010) add the rows
-of every INSERT or COPY, and subtract those of every DELETE, in the same transaction, under the
+What keeps them: on PostgreSQL the audit table's statement triggers (mutations/sql/audit_rollup_trigger_v1.sql)
+add the rows of every INSERT or COPY, and subtract those of every DELETE, in the same transaction, under the
 transaction-level advisory lock ROLLUP_LOCK_KEY. So at every commit the rollups equal GROUP BY over
 the table, and the overview reads them alone: no page does write work, and none is ever behind by
 more than the rows still in the writers' spools. prune_audit drops whole days (partitions.py) and

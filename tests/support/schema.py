@@ -5,7 +5,8 @@ The schema is `pg_dump --schema-only`, without comments, ownership and session s
 audit table's day partitions named by their place among the partition days (`_p+0` the oldest) instead
 of their date: a database migrated today and the snapshot taken on another day then read the same.
 The rows are every table's but django_migrations (which lists what was applied, the one thing a
-squash changes, and its id sequence), without their time columns (the time the migration ran), and every sequence's state.
+squash changes), without their time columns (the time the migration ran), and every sequence's state
+but django_migrations'.
 
 Regenerate the fixtures from a migrated database (only when the schema changes on purpose, with a
 new migration): `python -m tests.support.schema postgres://postgres@127.0.0.1:5432/NAME tests/fixtures/schema`.

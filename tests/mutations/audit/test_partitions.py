@@ -1,12 +1,12 @@
-"""The audit table's day partitions on PostgreSQL (mutations/audit/partitions.py, migration 0010): created ahead
+"""The audit table's day partitions on PostgreSQL (mutations/audit/partitions.py, the squashed migration): created ahead
 by the migration, the command and the writer; a DEFAULT partition so that no write fails; rows at a day's
 boundary in the right day; retention by dropping whole days."""
 
 from __future__ import annotations
 
-import importlib
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -194,10 +194,17 @@ def test_a_replay_of_a_day_without_its_uid_index_is_still_found_and_not_written_
             cursor.execute(f'DROP TABLE "{partitions.partition_name(day)}"')
 
 
-def test_the_migration_triggers_and_the_code_take_the_same_rollup_lock():
-    migration = importlib.import_module("mutations.migrations.0010_audit_partitioned_by_day")
-    assert migration.ROLLUP_LOCK_KEY == partitions.ROLLUP_LOCK_KEY
-    assert f"pg_advisory_xact_lock({partitions.ROLLUP_LOCK_KEY})" in migration.ROLLUP_FUNCTION
+@pytest.mark.django_db
+def test_the_rollup_triggers_and_the_code_take_the_same_rollup_lock():
+    """The triggers' SQL (mutations/sql, run by the migration) writes the key out; the database holds it so."""
+    lock = f"pg_advisory_xact_lock({partitions.ROLLUP_LOCK_KEY})"
+    sql = (Path(partitions.__file__).resolve().parents[1] / "sql" / "audit_rollup_trigger_v1.sql").read_text()
+    assert sql.count(lock) == 2 and sql.count("pg_advisory_xact_lock(") == 2
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT proname, prosrc FROM pg_proc WHERE proname LIKE 'mutations_audit_rollup_%%'")
+        functions = dict(cursor.fetchall())
+    assert set(functions) == {"mutations_audit_rollup_change", "mutations_audit_rollup_clear"}
+    assert all(lock in source for source in functions.values())
 
 
 @pytest.mark.django_db

@@ -18,7 +18,7 @@ from mutations.engine.memory import (
     weights_bytes,
 )
 
-# Numbers from the models' config.json (as seeded by profiles/migrations/0005_language_models.py).
+# Numbers from the models' config.json (as seeded by profiles/migrations/0001_squashed_0007_configuration.py).
 QWEN_7B = LanguageModelSpec("Qwen2.5-7B-Instruct", 7.616, 28, 4, 128, 3584, 152064, 32768)
 LLAMA_8B = LanguageModelSpec("Llama-3.1-8B-Instruct", 8.030, 32, 8, 128, 4096, 128256, 131072)
 LLAMA_70B = LanguageModelSpec("Llama-3.1-70B-Instruct", 70.554, 80, 8, 128, 8192, 128256, 131072)
