@@ -267,3 +267,37 @@ def test_every_noqa_names_its_rules_and_says_why():
             if found and (not found["codes"] or not found["reason"].strip(" -()")):
                 unexplained.append(f"{path.relative_to(ROOT)}:{number}")
     assert unexplained == [], "a noqa names the rules it suppresses, then the reason"
+
+
+MIGRATION_FILES = sorted(p for package in PACKAGES for p in (ROOT / package / "migrations").glob("[0-9]*.py"))
+
+
+def migration_loads(source: str) -> list[str]:
+    """What a migration's source loads of another migration: importlib (a migration's module name starts with a
+    digit, so importing one takes it), an import from a migrations package, or another migration's file."""
+    tree = ast.parse(source)
+    names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    found = [n for n in names if n == "importlib" or n.startswith("importlib.") or ".migrations" in n]
+    return found + re.findall(r"migrations[./]0\d{3}_\w+", source)
+
+
+@pytest.mark.parametrize("path", MIGRATION_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_no_migration_loads_another(path: pathlib.Path):
+    """Each migration stands alone (issue 29); SQL they run lives in versioned files (mutations/sql)."""
+    assert migration_loads(path.read_text()) == []
+
+
+@pytest.mark.parametrize("source", [
+    'import importlib\n_0010 = importlib.import_module("mutations.migrations.0010_audit_partitioned_by_day")',
+    "from importlib import import_module",
+    "from mutations.migrations import helpers",
+    'spec = spec_from_file_location("seed", "profiles/migrations/0005_language_models.py")',
+])
+def test_a_migration_loading_another_is_caught(source):
+    assert migration_loads(source)
+
+
+def test_every_sql_file_is_run_by_a_migration_and_every_one_a_migration_runs_exists():
+    named = {m for path in MIGRATION_FILES for m in re.findall(r"\"(\w+\.sql)\"", path.read_text())}
+    assert named and {p.name for p in (ROOT / "mutations" / "sql").glob("*.sql")} == named

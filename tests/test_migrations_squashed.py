@@ -7,13 +7,11 @@ read by tests.support.schema (pg_dump --schema-only and every row, normalised).
 
 from __future__ import annotations
 
-import ast
 import difflib
 import os
 import re
 import subprocess
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -145,23 +143,3 @@ def test_a_database_part_of_the_way_through_the_old_chain_is_refused_with_what_t
     assert done.returncode != 0
     assert "0020_audit_would_deny_namespace_index, 0021_audit_uid_index_on_recent_days not applied" in done.stderr
     assert "previous release first" in done.stderr
-
-
-MIGRATION_FILES = sorted(p for app in SQUASHED for p in (REPO / app / "migrations").glob("[0-9]*.py"))
-
-
-@pytest.mark.parametrize("path", MIGRATION_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
-def test_no_migration_loads_another(path: Path):
-    """Each migration stands alone: none imports another (a migration's module name starts with a digit, so
-    that took importlib) or reads another's file."""
-    source = path.read_text()
-    imported = [node for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Import, ast.ImportFrom))]
-    names = [alias.name for node in imported if isinstance(node, ast.Import) for alias in node.names]
-    names += [node.module or "" for node in imported if isinstance(node, ast.ImportFrom)]
-    assert not [n for n in names if n == "importlib" or ".migrations" in n], names
-    assert not re.search(r"migrations[./]0\d{3}_", source)
-
-
-def test_every_sql_file_a_migration_runs_exists():
-    named = {m for path in MIGRATION_FILES for m in re.findall(r"\"(\w+\.sql)\"", path.read_text())}
-    assert named and {p.name for p in (REPO / "mutations" / "sql").glob("*.sql")} == named
