@@ -4,6 +4,8 @@ import os
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.db import DatabaseError, connections
+from django.db.migrations.loader import MigrationLoader
 
 
 @register(Tags.database, deploy=True)
@@ -60,3 +62,38 @@ def check_pooler_has_a_direct_connection(app_configs, **kwargs):
             id="volcano_injector.W003",
         )]
     return []
+
+
+def squashed_partly_applied(connection) -> list[str]:
+    """The squashed migrations of which a database applied some replaced migrations but not all, each with what
+    it lacks. Django then sees neither the squashed migration nor the missing ones (their files are gone) and
+    says there is nothing to apply: such a database must first be migrated by the release that still has them."""
+    loader = MigrationLoader(connection, replace_migrations=False)
+    applied = set(loader.applied_migrations)
+    problems = []
+    for key, migration in sorted(loader.disk_migrations.items()):
+        replaced = list(migration.replaces or ())
+        missing = [name for app, name in replaced if (app, name) not in applied]
+        if key not in applied and 0 < len(missing) < len(replaced):
+            problems.append(f"{key[0]}: {', '.join(missing)} not applied ({key[1]} replaces them)")
+    return problems
+
+
+@register(Tags.database)
+def check_squashed_migrations_complete(app_configs, databases=None, **kwargs):
+    """`manage.py migrate` (and `check --database`) refuse a database part of the way through squashed
+    migrations; apply_migrations asks squashed_partly_applied itself (call_command runs no checks)."""
+    errors = []
+    for alias in databases or ():
+        try:
+            partly = squashed_partly_applied(connections[alias])
+        except DatabaseError:
+            continue  # not reachable: the command that needs it says so
+        if partly:
+            errors.append(Error(
+                f"Database {alias!r} stopped part of the way through migrations this release has squashed: "
+                + "; ".join(partly) + ".",
+                hint='Migrate it with the previous release first (deploy/README.md, "The squashed migrations").',
+                id="volcano_injector.E002",
+            ))
+    return errors

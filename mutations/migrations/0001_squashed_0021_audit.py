@@ -3,12 +3,13 @@
 Those 21 migrations rewrote the table three times (0005, 0010, 0014), made and dropped indexes, and loaded
 each other's code; this one makes their end state directly. A database that applied all of them has nothing
 to do here (`replaces`): Django records this migration as applied. A database part of the way through them
-must first be migrated by the release that still has them (deploy/README.md, "Upgrading").
+must first be migrated by the release that still has them (deploy/README.md, "The squashed migrations").
 
 PostgreSQL: the audit table is partitioned by UTC day (sql/audit_table_v1.sql), with the indexes the model
 declares, the trigram index of the Pod-name search (sql/audit_pod_names_trigram_v1.sql), the day partitions
-from yesterday to a week ahead with their uid indexes (made by the code that makes them at run time,
-mutations/audit/partitions.py), and the rollups' triggers (sql/audit_rollup_trigger_v1.sql). SQLite
+from yesterday to a week ahead with their uid indexes, and the rollups' triggers (sql/audit_rollup_trigger_v1.sql).
+The partitions are made by the code the writers make them with at run time (mutations/audit/partitions.py),
+on purpose: which days exist is run-time state, and its names and numbers are the code's. SQLite
 (development): one plain table, its declared indexes and a plain index on request_uid.
 tests/test_migrations_squashed.py compares the schema this makes with a snapshot of the old chain's.
 """

@@ -2,7 +2,7 @@
 
 A database that applied all of them has nothing to do here (`replaces`): Django records this migration as
 applied. A database part of the way through them must first be migrated by the release that still has them
-(deploy/README.md, "Upgrading"). tests/test_migrations_squashed.py compares the schema and rows this makes
+(deploy/README.md, "The squashed migrations"). tests/test_migrations_squashed.py compares the schema and rows this makes
 with a snapshot of the old chain's.
 
 The rows a new database starts with (GPU models, presets, the catch-all `*` policy, the language-model catalog,

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
-from django.db.migrations.loader import MigrationLoader
+
+from injector_site.platform.checks import squashed_partly_applied
 
 # Any constant shared by every replica; the number only has to be the same for all of them.
 MIGRATION_LOCK_KEY = 0x766F6C63616E6F  # "volcano"
@@ -29,21 +30,6 @@ def migration_database() -> str:
     return "default"
 
 
-def squashed_partly_applied(connection) -> list[str]:
-    """The squashed migrations of which a database applied some replaced migrations but not all, each with what
-    it lacks. Django then sees neither the squashed migration nor the missing ones (their files are gone) and
-    says there is nothing to apply: such a database must first be migrated by the release that still has them."""
-    loader = MigrationLoader(connection, replace_migrations=False)
-    applied = set(loader.applied_migrations)
-    problems = []
-    for key, migration in sorted(loader.disk_migrations.items()):
-        replaced = list(migration.replaces or ())
-        missing = [name for app, name in replaced if (app, name) not in applied]
-        if key not in applied and 0 < len(missing) < len(replaced):
-            problems.append(f"{key[0]}: {', '.join(missing)} not applied ({key[1]} replaces them)")
-    return problems
-
-
 class Command(BaseCommand):
     help = "Apply database migrations, one replica at a time (the init container runs this)."
 
@@ -55,7 +41,8 @@ class Command(BaseCommand):
         if partly:
             raise CommandError(
                 "this database stopped part of the way through migrations that this release has squashed: "
-                + "; ".join(partly) + ". Migrate it with the previous release first (deploy/README.md, Upgrading)")
+                + "; ".join(partly) + '. Migrate it with the previous release first (deploy/README.md, '
+                '"The squashed migrations")')
         if connection.vendor != "postgresql":
             call_command("migrate", database=database, interactive=False, verbosity=verbosity)
             return

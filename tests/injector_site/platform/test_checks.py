@@ -1,6 +1,8 @@
 """The project's system checks speak up when settings would hurt in production."""
 
+import pytest
 from django.core.checks import run_checks
+from django.db import connection
 
 from injector_site.platform import checks
 
@@ -43,3 +45,19 @@ def test_a_transaction_pooler_without_a_direct_url_is_flagged(settings, monkeypa
     monkeypatch.setattr(checks, "settings", type("S", (), {
         "DB_POOL_MODE": "transaction", "DATABASES": {"default": {}, "direct": {}}})())
     assert checks.check_pooler_has_a_direct_connection(None) == []
+
+
+@pytest.mark.django_db
+def test_a_database_part_of_the_way_through_squashed_migrations_is_an_error():
+    with connection.cursor() as cursor:  # as a database stopped after mutations 0001 of the old chain
+        cursor.execute("DELETE FROM django_migrations WHERE app = 'mutations'")
+        cursor.execute("INSERT INTO django_migrations (app, name, applied) VALUES ('mutations', '0001_initial', now())")
+    [error] = checks.check_squashed_migrations_complete(None, databases=["default"])
+    assert error.id == "volcano_injector.E002"
+    assert "0002_audit_history" in error.msg and "0021_audit_uid_index_on_recent_days" in error.msg
+    assert "previous release first" in error.hint
+
+
+@pytest.mark.django_db
+def test_a_database_migrated_by_the_squashed_migrations_passes():
+    assert checks.check_squashed_migrations_complete(None, databases=["default"]) == []
