@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 from django.db.migrations.loader import MigrationLoader
+from django.db.migrations.recorder import MigrationRecorder
 
 
 @register(Tags.database, deploy=True)
@@ -68,8 +69,11 @@ def squashed_partly_applied(connection) -> list[str]:
     """The squashed migrations of which a database applied some replaced migrations but not all, each with what
     it lacks. Django then sees neither the squashed migration nor the missing ones (their files are gone) and
     says there is nothing to apply: such a database must first be migrated by the release that still has them."""
-    loader = MigrationLoader(connection, replace_migrations=False)
-    applied = set(loader.applied_migrations)
+    # The files only, no graph: a graph without replacements needs every dependency's file, and a migration
+    # added after the squash may depend on a replaced one (Django remaps it when it builds its own graph).
+    loader = MigrationLoader(None, load=False)
+    loader.load_disk()
+    applied = set(MigrationRecorder(connection).applied_migrations())
     problems = []
     for key, migration in sorted(loader.disk_migrations.items()):
         replaced = list(migration.replaces or ())
