@@ -2,15 +2,15 @@
 
 A database that applied all of them has nothing to do here (`replaces`): Django records this migration as
 applied. A database part of the way through them must first be migrated by the release that still has them
-(deploy/README.md, "The squashed migrations"). tests/test_migrations_squashed.py compares the schema and rows this makes
-with a snapshot of the old chain's.
+(deploy/README.md, "The squashed migrations"). tests/test_migrations_squashed.py compares the schema and
+rows this makes with a snapshot of the old chain's.
 
 The rows a new database starts with (GPU models, presets, the catch-all `*` policy, the language-model catalog,
-configuration version 1) are written out here, not read from the code: they are what this migration has always
-given a new database, and nothing in the code reads them from here (it reads the rows). A change to them for
-databases that exist is a data migration of its own. What the old chain did only to databases that existed
-then is gone: hashing DRF's plaintext tokens (0004) and starting the change log's ids above the old version
-counter (0007) did their work on every database that reaches this release through it.
+configuration version 1, the change log's ids above it) are written out here, not read from the code: they are
+what this migration has always given a new database, and nothing in the code reads them from here (it reads the
+rows). A change to them for databases that exist is a data migration of its own. What the old chain did only to
+the databases of its time is gone: hashing DRF's plaintext tokens into digests (0004) ran on every database that
+reaches this release through it, and a new database has no plaintext token.
 """
 
 import math
