@@ -152,7 +152,7 @@ class AdmissionAudit(models.Model):
                          condition=WOULD_DENY_ROWS),
             # History free text on the Pod's name, WHERE pod_name LIKE '%term%' OR generate_name LIKE
             # '%term%', uses the trigram GIN index audit_pod_names_trgm on both columns (one bitmap scan
-            # of it per column). Migrations 0002 and 0006 create it on PostgreSQL only and it is not
+            # of it per column). The migration creates it on PostgreSQL only (mutations/sql) and it is not
             # declared here: SQLite rebuilds a table (any AlterField) by re-creating every declared
             # index, and has no GIN.
         ]
