@@ -3,6 +3,7 @@ against the engine re-run on each original Pod, through POST /api/v1/impact/ (JS
 
 import copy
 import json
+import sys
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -272,10 +273,8 @@ def test_when_the_second_process_fails_the_replay_decides_its_share_itself(admit
     after = draft_catalog(draft=_draft(DRAFTS[0]))
     alone = impact_replay(before=catalog_current(), after=after, workers=1)
 
-    def broken(outcome):
-        raise RuntimeError("the child's answers cannot be written")
-
-    monkeypatch.setattr(replay, "_outcome_json", broken)  # only the child writes answers
+    # A child that dies before it answers (here: at once, with status 3).
+    monkeypatch.setattr(replay, "CHILD_ARGV", [sys.executable, "-c", "raise SystemExit(3)"])
     forked = impact_replay(before=catalog_current(), after=after, workers=2)
     assert {**forked.as_dict(), "seconds": 0} == {**alone.as_dict(), "seconds": 0}
     assert "worker_engine" not in forked.phase_seconds
