@@ -17,10 +17,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "injector_site.settings")
 
 django_application = get_wsgi_application()
 
-from django.conf import settings  # noqa: E402
+from django.conf import settings  # noqa: E402  (after Django is set up)
 from django.db import close_old_connections, connections  # noqa: E402  (after Django is set up)
 
-from injector_site.platform.roles import role_serves_mutate  # noqa: E402
+from injector_site.platform.roles import role_serves_mutate  # noqa: E402  (after setup, as the webhook's)
 from mutations.webhook.views import JSON_HEADERS, MUTATE_PATH, mutate_answer  # noqa: E402  (imports models: after setup)
 
 _STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in HTTPStatus}

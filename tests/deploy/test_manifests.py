@@ -655,7 +655,8 @@ def test_network_policies_let_the_api_server_reach_the_webhook_port_and_only_ui_
     _, objects = build
     for name, port in ((NAME, "https"), (OPERATOR, "https-ui")):
         policy = find_object(objects, "NetworkPolicy", name)
-        assert labels_match(policy["spec"]["podSelector"], deployment(objects, name)["spec"]["template"]["metadata"]["labels"])
+        pod_labels = deployment(objects, name)["spec"]["template"]["metadata"]["labels"]
+        assert labels_match(policy["spec"]["podSelector"], pod_labels), name
         assert policy["spec"]["policyTypes"] == ["Ingress"]
         assert [p["port"] for r in policy["spec"]["ingress"] for p in r["ports"]] == [port], name
     # The API server is no Pod: the webhook port admits it by address range, or every source with mTLS.

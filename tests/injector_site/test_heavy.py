@@ -49,12 +49,12 @@ def test_a_refused_request_holds_no_slot_of_its_user():
 
 def test_the_slots_count_the_other_worker_processes_of_the_replica_and_free_when_one_dies(slots_dir):
     """A slot held by another process of the Pod counts; the kernel frees it when that process ends."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, os, sys, time\n"
-         "os.makedirs(sys.argv[1], exist_ok=True)\n"
-         "f = open(os.path.join(sys.argv[1], 'replica-0.lock'), 'a+b'); fcntl.flock(f, fcntl.LOCK_EX)\n"
-         "g = open(os.path.join(sys.argv[1], 'replica-1.lock'), 'a+b'); fcntl.flock(g, fcntl.LOCK_EX)\n"
-         "print('held', flush=True); time.sleep(60)", str(slots_dir)], stdout=subprocess.PIPE, text=True)
+    hold_both = ("import fcntl, os, sys, time\n"
+                 "os.makedirs(sys.argv[1], exist_ok=True)\n"
+                 "f = open(os.path.join(sys.argv[1], 'replica-0.lock'), 'a+b'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+                 "g = open(os.path.join(sys.argv[1], 'replica-1.lock'), 'a+b'); fcntl.flock(g, fcntl.LOCK_EX)\n"
+                 "print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold_both, str(slots_dir)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(HeavyBusy, match="INJECTOR_HEAVY_PER_REPLICA"):
