@@ -413,9 +413,9 @@ def test_writable_paths_are_empty_dirs_the_app_is_told_about(build, name):
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
     container = injector_container(objects, name)
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    assert "emptyDir" in volumes[mounts["/tmp"]]  # also the heavy requests' slots (injector_site/heavy.py)
+    assert "emptyDir" in volumes[mounts["/tmp"]]  # also the heavy requests' slots (injector_site/platform/heavy.py)
     assert "emptyDir" in volumes[mounts[env_value(container, "PROMETHEUS_MULTIPROC_DIR")]]
-    if name == OPERATOR:  # it writes no audit rows (injector_site/roles.py): no spool
+    if name == OPERATOR:  # it writes no audit rows (injector_site/platform/roles.py): no spool
         return
     for env_name in ("PROMETHEUS_MULTIPROC_DIR", "INJECTOR_AUDIT_SPOOL_DIR"):
         path = env_value(container, env_name)

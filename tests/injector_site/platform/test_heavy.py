@@ -1,4 +1,4 @@
-"""injector_site/heavy.py: heavy operator requests run a few at a time per replica and per user; past that
+"""injector_site/platform/heavy.py: heavy operator requests run a few at a time per replica and per user; past that
 a 429 with Retry-After and a message naming the limit."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import pytest
 from django.contrib.auth.models import Permission
 
-from injector_site.heavy import HeavyBusy, heavy_slot_take
+from injector_site.platform.heavy import HeavyBusy, heavy_slot_take
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""injector_site/roles.py: a webhook process serves /mutate and the probes only, an operator process
+"""injector_site/platform/roles.py: a webhook process serves /mutate and the probes only, an operator process
 everything else, so operator requests never wait in or take from a webhook worker (issue 33).
 
 The last test reproduces the issue's finding against the product under gunicorn as production runs it
