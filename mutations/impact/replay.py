@@ -191,7 +191,7 @@ CHILD_POLL_SECONDS = 0.5
 def _child_start(before: Catalog, after: Catalog, prune: bool, share: list[tuple[Key, bool]]
                  ) -> tuple[subprocess.Popen, IO[bytes], IO[bytes]]:
     """Start a child deciding `share`: its input and output are temporary files (no pipe to keep draining),
-    its environment empty (it needs no setting or secret), its process group its own (killed as a whole)."""
+    its environment the interpreter's only (_child_env), its process group its own (killed as a whole)."""
     given = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _children_decide
     given.write(pickle.dumps((before, after, prune, share), protocol=pickle.HIGHEST_PROTOCOL))
     given.seek(0)
@@ -199,11 +199,17 @@ def _child_start(before: Catalog, after: Catalog, prune: bool, share: list[tuple
     errors = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _children_decide
     try:
         child = subprocess.Popen(CHILD_ARGV, stdin=given, stdout=answered, stderr=errors,
-                                 cwd=CHILD_CWD, env={"PATH": os.environ.get("PATH", "")}, close_fds=True,
+                                 cwd=CHILD_CWD, env=_child_env(), close_fds=True,
                                  start_new_session=True)
     finally:
         given.close()
     return child, answered, errors
+
+
+def _child_env() -> dict[str, str]:
+    """What the child's interpreter needs (PATH, PYTHON*, the locale): no setting, secret or database URL."""
+    return {name: value for name, value in os.environ.items()
+            if name in ("PATH", "LANG", "LC_ALL") or name.startswith("PYTHON")}
 
 
 def _child_kill(child: subprocess.Popen) -> None:
