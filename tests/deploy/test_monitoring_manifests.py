@@ -99,6 +99,24 @@ def test_servicemonitor_scrapes_the_webhook_port_over_tls_with_the_metrics_token
     assert endpoint["honorLabels"] is True
 
 
+def test_a_servicemonitor_of_its_own_scrapes_the_operator_pods_with_the_same_tls_and_token(monitored):
+    monitor = find_object(monitored, "ServiceMonitor", "volcano-injector-operator")
+    validate_custom(monitor)
+    ui = find_object(monitored, "Service", "volcano-injector-ui")
+    assert labels_match(monitor["spec"]["selector"], ui["metadata"]["labels"])
+    assert not labels_match(monitor["spec"]["selector"], find_object(monitored, "Service", NAME)["metadata"]["labels"])
+    (endpoint,) = monitor["spec"]["endpoints"]
+    (webhook_endpoint,) = find_object(monitored, "ServiceMonitor", NAME)["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in ui["spec"]["ports"]} and endpoint["path"] == "/metrics"
+    assert endpoint["tlsConfig"]["ca"] == webhook_endpoint["tlsConfig"]["ca"]
+    certificate = find_object(monitored, "Certificate", "volcano-injector-serving")
+    assert endpoint["tlsConfig"]["serverName"] in certificate["spec"]["dnsNames"]
+    assert endpoint["authorization"] == webhook_endpoint["authorization"]
+    operator = [e for e in injector_container(monitored, "volcano-injector-operator")["env"]
+                if e["name"] == "METRICS_TOKEN"][0]["valueFrom"]
+    assert endpoint["authorization"]["credentials"] == {k: operator["secretKeyRef"][k] for k in ("name", "key")}
+
+
 def test_metrics_path_resolves_to_the_metrics_view_on_the_webhook_only_port(monitored):
     from django.urls import resolve
 
