@@ -16,6 +16,7 @@ Environment (defaults in brackets):
   TLS_RELOAD_INTERVAL_SECONDS [1]    how often a worker may stat the certificate files
   PROMETHEUS_MULTIPROC_DIR           created and emptied at start; dead workers are marked
   LOG_LEVEL [INFO]                   GUNICORN_ACCESS_LOG [off]
+  INJECTOR_ROLE [all]                webhook, operator or all: the routes served (injector_site/platform/roles.py)
 The worker class, TLS reloading and the log format are in injector_site/platform/workers.py, tls.py, logging.py.
 """
 
@@ -223,6 +224,15 @@ def _django_app_loaded() -> bool:
     return bool(django_apps and django_apps.apps.ready)
 
 
+def _serves_mutate() -> bool:
+    """Whether this worker answers /mutate, and so writes audit rows (an operator process never does)."""
+    from django.conf import settings
+
+    from injector_site.platform.roles import role_serves_mutate
+
+    return role_serves_mutate(role=settings.INJECTOR_ROLE)
+
+
 def post_worker_init(worker) -> None:
     """Freeze the loaded app's objects out of the garbage collector, export the certificate's expiry,
     then start the audit writer.
@@ -237,7 +247,7 @@ def post_worker_init(worker) -> None:
     gc.freeze()
     if _tls_files is not None:
         _certificate_expiry_export()
-    if _django_app_loaded():
+    if _django_app_loaded() and _serves_mutate():
         from mutations.audit import audit_writer_start
 
         audit_writer_start()
@@ -260,7 +270,7 @@ def _certificate_expiry_export() -> None:
 
 def worker_exit(server, worker) -> None:
     """Write the worker's spooled audit rows before it ends, within half the graceful timeout."""
-    if _django_app_loaded():
+    if _django_app_loaded() and _serves_mutate():
         from mutations.audit import audit_writer_stop
 
         audit_writer_stop(timeout_seconds=max(graceful_timeout / 2, 1))

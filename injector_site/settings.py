@@ -228,6 +228,22 @@ INJECTOR_AUDIT_WARN_SECONDS = env_float("INJECTOR_AUDIT_WARN_SECONDS", 10.0)
 INJECTOR_AUDIT_WRITER_AUTOSTART = env_bool("INJECTOR_AUDIT_WRITER_AUTOSTART", True)
 # How often a replica checks the configuration version (seconds); 0 checks on every admission.
 INJECTOR_CONFIG_RECHECK_SECONDS = env_float("INJECTOR_CONFIG_RECHECK_SECONDS", 1.0)
+# Which routes this process serves (injector_site/platform/roles.py): "webhook" (/mutate and the probes only: the
+# Deployment the API server calls), "operator" (the admin, dashboard and API, and the probes: no operator
+# request can take a webhook worker), or "all" (one process serves both: development and the tests).
+INJECTOR_ROLE = env("INJECTOR_ROLE", "all") or "all"
+if INJECTOR_ROLE not in ("all", "webhook", "operator"):
+    raise ImproperlyConfigured(f"INJECTOR_ROLE={INJECTOR_ROLE!r} is not valid: use webhook, operator or all")
+# Heavy operator requests (the impact replay, the CSV export, the model pages: injector_site/platform/heavy.py):
+# how many run at once per replica (every worker process of the Pod together) and per user, the Retry-After
+# of the 429 past them, and the time budget of an impact replay's child processes (killed past it).
+INJECTOR_HEAVY_PER_REPLICA = env_int("INJECTOR_HEAVY_PER_REPLICA", 2, minimum=1)
+INJECTOR_HEAVY_PER_USER = env_int("INJECTOR_HEAVY_PER_USER", 1, minimum=1)
+INJECTOR_HEAVY_RETRY_AFTER_SECONDS = env_int("INJECTOR_HEAVY_RETRY_AFTER_SECONDS", 10, minimum=1)
+INJECTOR_HEAVY_SLOTS_DIR = env("INJECTOR_HEAVY_SLOTS_DIR", "") or ""
+INJECTOR_IMPACT_BUDGET_SECONDS = env_float("INJECTOR_IMPACT_BUDGET_SECONDS", 60.0, minimum=0.1)
+# The CSV export's time budget: past it the file ends with a line saying where it stopped.
+INJECTOR_EXPORT_BUDGET_SECONDS = env_float("INJECTOR_EXPORT_BUDGET_SECONDS", 60.0, minimum=0.1)
 # Listening ports that serve only /mutate and the probes (the Deployment's webhook port, 8443);
 # the admin, dashboard and API are then reached on the UI port alone. Empty: every port serves all.
 INJECTOR_WEBHOOK_ONLY_PORTS = [int(p) for p in env_list("INJECTOR_WEBHOOK_ONLY_PORTS")]

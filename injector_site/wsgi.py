@@ -17,15 +17,19 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "injector_site.settings")
 
 django_application = get_wsgi_application()
 
+from django.conf import settings  # noqa: E402  (after Django is set up)
 from django.db import close_old_connections, connections  # noqa: E402  (after Django is set up)
 
+from injector_site.platform.roles import role_serves_mutate  # noqa: E402  (after setup, as the webhook's)
 from mutations.webhook.views import JSON_HEADERS, MUTATE_PATH, mutate_answer  # noqa: E402  (imports models: after setup)
 
 _STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in HTTPStatus}
+# An operator process (INJECTOR_ROLE=operator) leaves /mutate to Django, which answers it with a 404.
+_SERVES_MUTATE = role_serves_mutate(role=settings.INJECTOR_ROLE)
 
 
 def application(environ, start_response):
-    if environ.get("PATH_INFO") != MUTATE_PATH or environ.get("REQUEST_METHOD") != "POST":
+    if not _SERVES_MUTATE or environ.get("PATH_INFO") != MUTATE_PATH or environ.get("REQUEST_METHOD") != "POST":
         return django_application(environ, start_response)
     try:
         status_code, body = mutate_answer(content_type=environ.get("CONTENT_TYPE", ""),

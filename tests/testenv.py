@@ -14,3 +14,6 @@ os.environ.setdefault("LOG_LEVEL", "WARNING")
 os.environ.setdefault("DB_TEST_NAME", f"test_volcano_injector_{os.getpid()}")
 # The tests write audit rows with audit_flush() in their own transaction, not from a background thread.
 os.environ.setdefault("INJECTOR_AUDIT_WRITER_AUTOSTART", "false")
+# The heavy requests' slot files (injector_site/platform/heavy.py) of this run only: runs side by side on one
+# machine would otherwise count each other's requests as their own replica's.
+os.environ.setdefault("INJECTOR_HEAVY_SLOTS_DIR", tempfile.mkdtemp(prefix="volcano-injector-heavy-"))

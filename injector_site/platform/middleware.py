@@ -1,15 +1,19 @@
-"""Middleware: the webhook port serves only the webhook; /mutate skips the generic request metrics."""
+"""Middleware: a process serves its role's paths, the webhook port only the webhook; /mutate skips the
+generic request metrics."""
 
 from django.conf import settings
 from django.http import HttpResponseNotFound
 from django_prometheus import middleware as django_prometheus_middleware
 
-# What the API server, the kubelet and Prometheus need on the webhook port.
-WEBHOOK_PATHS = frozenset({"/mutate", "/healthz", "/readyz", "/metrics"})
+from .roles import NOT_SERVED, WEBHOOK_PATHS, role_serves
 
 
 class WebhookPortMiddleware:
-    """On a port listed in INJECTOR_WEBHOOK_ONLY_PORTS, answer only the webhook's own paths.
+    """Answer only the paths of this process's INJECTOR_ROLE (injector_site/platform/roles.py), and on a port listed
+    in INJECTOR_WEBHOOK_ONLY_PORTS only the webhook's own paths.
+
+    The role's URLconf has no other routes; this answers them with a 404 that names the Service that does
+    serve them, and covers the URLconf's tests, which load every route once (INJECTOR_ROLE=all).
 
     The NetworkPolicy opens the webhook port to the API server (from anywhere, since its
     address is not known in every cluster) and the UI port only to chosen clients; without
@@ -22,6 +26,9 @@ class WebhookPortMiddleware:
         self.ports = frozenset(settings.INJECTOR_WEBHOOK_ONLY_PORTS)
 
     def __call__(self, request):
+        role = settings.INJECTOR_ROLE
+        if not role_serves(role=role, path=request.path):
+            return HttpResponseNotFound(NOT_SERVED[role], content_type="text/plain")
         if self.ports and request.path not in WEBHOOK_PATHS and self._local_port(request) in self.ports:
             return HttpResponseNotFound(
                 "Not found on the webhook port: the admin, dashboard and API are served on the UI port "

@@ -1,12 +1,16 @@
 """POST /api/v1/impact/: what a draft change to a preset, GPU model or policy would do to the admissions of
 the last days, before it is saved (mutations.impact replays them; profiles' API serializers or admin forms
-validate the draft)."""
+validate the draft).
+
+A heavy request (injector_site/platform/heavy.py: a few at a time per replica and per user, 429 past that),
+whose replay is killed past INJECTOR_IMPACT_BUDGET_SECONDS (503 naming the budget)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import orjson
+from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -14,13 +18,14 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from injector_site.platform.heavy import heavy_request
 from injector_site.platform.parsers import StrictJSONParser
 from profiles.admin.drafts import draft_from_form
 from profiles.api.drafts import draft_from_api
 from profiles.catalog import catalog_current
 from profiles.services import DRAFTABLE, Draft, DraftError, draft_catalog
 
-from ..impact import ImpactReport, impact_replay
+from ..impact import ImpactReport, ImpactTimeout, impact_replay
 from ..impact.replay import DEFAULT_DAYS, DEFAULT_EXAMPLES, MAX_ADMISSIONS, impact_count, impact_replay_steps
 from .views import CanViewAudit
 
@@ -48,7 +53,10 @@ class ImpactView(APIView):
     @extend_schema(request=ImpactRequestSerializer, responses={200: dict},
                    description="JSON: {object_type, id?, changes, delete?, days?, limit?, examples?}; refused with "
                                "the save's 400 messages. With ?stream=1 the answer is NDJSON: {\"progress\": n, "
-                               "\"of\": total} lines, then {\"report\": ...}.")
+                               "\"of\": total} lines, then {\"report\": ...} (or {\"error\": ...}). 429 with "
+                               "Retry-After when this user or this replica already runs its heavy requests; 503 "
+                               "when the replay runs past its time budget.")
+    @heavy_request(api=True)
     def post(self, request, *args, **kwargs):
         try:
             draft, days, limit, examples = self._draft(request)
@@ -59,7 +67,11 @@ class ImpactView(APIView):
         if request.query_params.get("stream") in ("1", "true"):
             return StreamingHttpResponse(_stream(before, after, draft, days, limit, examples),
                                          content_type="application/x-ndjson")
-        report = impact_replay(before=before, after=after, days=days, limit=limit, examples=examples)
+        try:
+            report = impact_replay(before=before, after=after, days=days, limit=limit, examples=examples,
+                                   budget_seconds=settings.INJECTOR_IMPACT_BUDGET_SECONDS)
+        except ImpactTimeout as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         return Response({"draft": draft.description, **report.as_dict()})
 
     @staticmethod
@@ -89,8 +101,13 @@ def _stream(before, after, draft: Draft, days: int, limit: int, examples: int) -
     """NDJSON: how many will be replayed, progress every few thousand rows, then the report (the admin's bar)."""
     total = impact_count(days=days, limit=limit)
     yield orjson.dumps({"progress": 0, "of": total}) + b"\n"
-    for step in impact_replay_steps(before=before, after=after, days=days, limit=limit, examples=examples):
-        if isinstance(step, ImpactReport):
-            yield orjson.dumps({"report": {"draft": draft.description, **step.as_dict()}}) + b"\n"
-        else:
-            yield orjson.dumps({"progress": step, "of": total}) + b"\n"
+    steps = impact_replay_steps(before=before, after=after, days=days, limit=limit, examples=examples,
+                                budget_seconds=settings.INJECTOR_IMPACT_BUDGET_SECONDS)
+    try:
+        for step in steps:
+            if isinstance(step, ImpactReport):
+                yield orjson.dumps({"report": {"draft": draft.description, **step.as_dict()}}) + b"\n"
+            else:
+                yield orjson.dumps({"progress": step, "of": total}) + b"\n"
+    except ImpactTimeout as exc:
+        yield orjson.dumps({"error": str(exc)}) + b"\n"

@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from injector_site.platform.heavy import heavy_request
 from profiles.catalog import language_model_spec
 from profiles.selectors import language_model_named, namespace_policy_named, preset_named
 
@@ -51,6 +52,7 @@ MODEL_PAGE_DAYS = 7
 
 @require_GET
 @audit_viewer_required
+@heavy_request()  # searches the reasons of a week's admissions, within selectors.SEARCH_BUDGET_MS
 def language_model(request, name: str):
     """A catalog model as the audit sees it: its size, the latest admissions it sized and denials that name it."""
     found = language_model_named(name=name)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import time
 from datetime import UTC, date, timedelta
 from decimal import Decimal
 from functools import wraps
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
@@ -18,6 +20,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from injector_site.platform.database import session_database
+from injector_site.platform.heavy import heavy_request
 from profiles.changes.selectors import configuration_at
 from profiles.selectors import configuration_names, namespace_quota_list
 
@@ -228,6 +231,7 @@ REHEARSAL_ROWS = 10
 
 @require_GET
 @audit_viewer_required
+@heavy_request()  # aggregates a namespace's week of admissions
 def rehearsal_view(request):
     """What enforce would have done in one namespace over the last 7 days (audit-only as a rehearsal)."""
     namespace = request.GET.get("namespace", "").strip()[:253]
@@ -251,6 +255,7 @@ def budgets(request):
 
 @require_GET
 @audit_viewer_required
+@heavy_request()  # up to EXPORT_MAX_ROWS rows, within INJECTOR_EXPORT_BUDGET_SECONDS
 def export_csv(request):
     filters = _filters(request)
     try:
@@ -259,7 +264,9 @@ def export_csv(request):
                                            database=session_database())
     except selectors.FilterError as exc:
         return HttpResponseBadRequest(f"bad filter: {exc}", content_type="text/plain")
-    response = StreamingHttpResponse(_csv_lines(rows, filters=filters, sort=sort, limit=EXPORT_MAX_ROWS),
+    deadline = time.monotonic() + settings.INJECTOR_EXPORT_BUDGET_SECONDS
+    response = StreamingHttpResponse(_csv_lines(rows, filters=filters, sort=sort, limit=EXPORT_MAX_ROWS,
+                                                deadline=deadline),
                                      content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="admission-audit.csv"'
     return response
@@ -271,7 +278,7 @@ class _Echo:
 
 
 def _csv_lines(rows, *, filters: dict[str, str] | None = None, sort: str = selectors.DEFAULT_SORT,
-               limit: int | None = None):
+               limit: int | None = None, deadline: float | None = None):
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_COLUMNS)
     count, last = 0, None
@@ -279,6 +286,10 @@ def _csv_lines(rows, *, filters: dict[str, str] | None = None, sort: str = selec
         count += 1
         if limit is not None and count > limit:  # one row past the limit: more match than were written
             yield writer.writerow([_cut_note(limit=limit, last=last, filters=filters or {}, sort=sort)])
+            return
+        if deadline is not None and count % 1000 == 0 and time.monotonic() > deadline:
+            yield writer.writerow([_cut_note(limit=count - 1, last=last, filters=filters or {}, sort=sort,
+                                             why="the export's time budget (INJECTOR_EXPORT_BUDGET_SECONDS) ran out")])
             return
         last = row
         values = []
@@ -303,9 +314,10 @@ def csv_cell(value: object) -> object:
     return value
 
 
-def _cut_note(*, limit: int, last: AdmissionAudit | None, filters: dict[str, str], sort: str) -> str:
-    """The export's last line when it stopped at `limit` rows: that it was cut, and how to read the rest."""
-    note = f"# cut at {limit} rows: more rows match these filters. "
+def _cut_note(*, limit: int, last: AdmissionAudit | None, filters: dict[str, str], sort: str,
+              why: str = "more rows match these filters") -> str:
+    """The export's last line when it stopped at `limit` rows: that it was cut, why, and how to read the rest."""
+    note = f"# cut at {limit} rows: {why}. "
     if sort == selectors.DEFAULT_SORT and last is not None:
         rest = reverse("audit-list") + "?" + urlencode({**filters, "until": last.created_at.isoformat()})
         return note + (f"The rest (older) come from GET {rest} and its next links (cursor pages), "

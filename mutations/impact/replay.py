@@ -6,64 +6,41 @@ Catalog, and under today's unless the row was decided under today's version (the
 what today's configuration gives). Pods with the same namespace and inputs (a Deployment's replicas)
 are decided once, and a Pod decided under today's Catalog is not decided again under the draft when
 nothing the engine read for it differs there (mutations.engine.reads): it gets the same answer.
+A large replay is decided in child processes started fresh (mutations/impact/child.py), never in a fork
+of the threaded web worker, at a lower CPU priority, and killed with their process groups when the
+replay's time budget runs out (docs/availability.md).
 Costs: README.md, "Impact before saving"; `scripts/bench-impact` measures them.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import pickle
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from functools import cached_property
-from typing import Any, cast
+from pathlib import Path
+from typing import IO, Any, cast
 
 import orjson
 from django.utils import timezone
 
 from ..audit.admissions import AdmissionInputs, admission_inputs_count, admission_inputs_since, admission_names
-from ..engine import (
-    Catalog,
-    Decision,
-    MutationContext,
-    pod_from_inputs,
-    pod_verdict,
-)
-from ..engine.reads import CatalogComparison, CatalogReads
+from ..engine import Catalog, Decision
+from .decide import Decider, Key, Outcome, Outcomes
+
+logger = logging.getLogger("volcano_injector.impact")
 
 DEFAULT_DAYS = 7
 MAX_ADMISSIONS = 100_000
 DEFAULT_EXAMPLES = 10
 PROGRESS_EVERY = 5_000
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What the engine decided for one Pod: the decision and each container's grant."""
-
-    decision: str
-    reason: str
-    preset: str | None
-    grants: tuple[tuple[str, bool, int, int, int | None], ...]  # (container, init, vGPUs, MiB each, cores)
-
-    @property
-    def allowed(self) -> bool:
-        return self.decision not in (Decision.DENIED.value, Decision.ERROR.value)
-
-    @cached_property  # read once per row replayed; Outcomes are shared between rows (_Outcomes)
-    def granted_mib(self) -> int:
-        """MiB the Pod is given (an audit-only namespace's "would apply" gives none)."""
-        if self.decision != Decision.MUTATED.value:
-            return 0
-        return sum(number * mib for _, _, number, mib, _ in self.grants)
-
-    def as_dict(self) -> dict:
-        return {"decision": self.decision, "reason": self.reason, "preset": self.preset,
-                "vgpu_memory_mib": sum(number * mib for _, _, number, mib, _ in self.grants),
-                "grants": [{"container": c, "init": i, "vgpu_number": n, "vgpu_memory_mib": m,
-                            "vgpu_cores_percent": k} for c, i, n, m, k in self.grants]}
 
 
 @dataclass
@@ -99,186 +76,47 @@ class ImpactReport:
                 "namespaces": per_namespace, "examples": self.examples, "seconds": round(self.seconds, 3)}
 
 
-Grant = tuple[str, bool, int, int, "int | None"]
-
-
-class _Outcomes:
-    """One Outcome object per distinct outcome: most Pods of a replay share a handful, so rows share the
-    objects (and their granted_mib), and equal answers are the same object (`is` says they agree)."""
-
-    def __init__(self) -> None:
-        self._found: dict[tuple[str, str, str | None, tuple[Grant, ...]], Outcome] = {}
-
-    def get(self, decision: str, reason: str, preset: str | None, grants: tuple[Grant, ...]) -> Outcome:
-        key = (decision, reason, preset, grants)
-        found = self._found.get(key)
-        if found is None:
-            found = self._found[key] = Outcome(decision, reason, preset, grants)
-        return found
-
-    def decided(self, pod: dict, ctx: MutationContext) -> Outcome:
-        """The engine's decision for a Pod in a context (pod_verdict: mutate_pod's, without the Pod)."""
-        verdict = pod_verdict(pod, ctx)
-        return self.get(verdict.decision.value, verdict.reason, verdict.preset,
-                        tuple((g.container, g.init, g.vgpu_number, g.vgpu_memory_mib or 0, g.vgpu_cores_percent)
-                              for g in verdict.grants))
-
-    def recorded(self, decision: str, reason: str, preset: str, grants_text: str) -> Outcome:
-        """What an audit row says the Pod got (its `containers` are the engine's grants, as_dict)."""
-        grants = orjson.loads(grants_text or "[]")
-        return self.get(decision, reason, preset or None,
-                        tuple((g["container"], g["init"], g["vgpu_number"], g["vgpu_memory_mib"] or 0,
-                               g["vgpu_cores_percent"]) for g in grants))
-
-
 def impact_count(*, days: int, limit: int) -> int:
     """How many admissions a replay of `days` reads (for progress; at most `limit`)."""
     return admission_inputs_count(since=timezone.now() - timedelta(days=days), limit=limit)
 
 
+class ImpactTimeout(Exception):
+    """The replay's child processes ran past its time budget and were killed."""
+
+    def __init__(self, budget_seconds: float):
+        super().__init__(f"the replay ran past its time budget of {budget_seconds:g} s "
+                         f"(INJECTOR_IMPACT_BUDGET_SECONDS) and was stopped: replay fewer days or fewer admissions")
+        self.budget_seconds = budget_seconds
+
+
 def impact_replay(*, before: Catalog, after: Catalog, days: int = DEFAULT_DAYS, limit: int = MAX_ADMISSIONS,
-                  examples: int = DEFAULT_EXAMPLES, prune: bool = True, workers: int = 2) -> ImpactReport:
+                  examples: int = DEFAULT_EXAMPLES, prune: bool = True, workers: int = 2,
+                  budget_seconds: float | None = None) -> ImpactReport:
     """Replay the audited Pod CREATEs of the last `days` (at most `limit`, newest first) under `before` and
     `after`; report the Pods whose decision or grant differs, and MiB granted per namespace.
 
     `prune=False` decides every Pod under both Catalogs, even where nothing it reads differs (the reference
-    the tests hold the default to); `workers=1` decides every Pod in this process."""
+    the tests hold the default to); `workers=1` decides every Pod in this process. ImpactTimeout when the
+    child processes run past `budget_seconds`."""
     for step in impact_replay_steps(before=before, after=after, days=days, limit=limit, examples=examples,
-                                    prune=prune, workers=workers):
+                                    prune=prune, workers=workers, budget_seconds=budget_seconds):
         if isinstance(step, ImpactReport):
             return step
     raise AssertionError("impact_replay_steps ends with its report")
 
 
-Key = tuple[str, str, str]  # a distinct Pod: namespace, inputs and containers (JSON text)
-# A replay of this many distinct Pods or more decides half of them in a second process (fork): the engine's
-# runs are most of a replay's time, and they are independent.
-PARALLEL_MIN_PODS = 4_000
-
-
-class _Decider:
-    """Decides distinct Pods under `before` (where a row needs it) and under `after`, timing what it does."""
-
-    def __init__(self, before: Catalog, after: Catalog, prune: bool, outcomes: _Outcomes):
-        self.before, self.after, self.prune = before, after, prune
-        self.comparison = CatalogComparison(before, after)
-        self.reading = CatalogReads(before)
-        self.outcomes = outcomes
-        self.runs = 0
-        self.rebuild_seconds = self.engine_seconds = 0.0
-        # The containers' JSON, parsed once per distinct text: Pods share a few (the engine never edits them).
-        self._containers: dict[str, list] = {}
-        # Each namespace's contexts (before, before recording its reads, after): built once, never edited.
-        self._contexts: dict[str, tuple[MutationContext, MutationContext, MutationContext]] = {}
-
-    def _contexts_of(self, namespace: str) -> tuple[MutationContext, MutationContext, MutationContext]:
-        policy_before, policy_after = self.comparison.policies(namespace)
-        found = self._contexts[namespace] = (
-            MutationContext(namespace=namespace, policy=policy_before, catalog=self.before),
-            MutationContext(namespace=namespace, policy=policy_before, catalog=cast(Catalog, self.reading)),
-            MutationContext(namespace=namespace, policy=policy_after, catalog=self.after))
-        return found
-
-    def decide(self, key: Key, need_before: bool) -> tuple[Outcome | None, Outcome]:
-        clock = time.perf_counter
-        started = clock()
-        namespace = key[0]
-        containers = self._containers.get(key[2])
-        if containers is None:
-            containers = self._containers[key[2]] = orjson.loads(key[2])
-        pod = pod_from_inputs(namespace=namespace, inputs=orjson.loads(key[1]), containers=containers)
-        rebuilt = clock()
-        outcome_of = self.outcomes.decided
-        self.rebuild_seconds += rebuilt - started
-        before, reading, after = self._contexts.get(namespace) or self._contexts_of(namespace)
-        was = None
-        try:
-            if need_before:
-                self.runs += 1
-                if not self.prune:
-                    was = outcome_of(pod, before)
-                else:
-                    self.reading.reads.clear()
-                    was = outcome_of(pod, reading)
-                    if self.comparison.agrees(namespace, self.reading.reads):
-                        return was, was  # nothing it read differs in the draft: the draft decides the same
-            self.runs += 1
-            return was, outcome_of(pod, after)
-        finally:
-            self.engine_seconds += clock() - rebuilt
-
-
-def _outcome_json(outcome: Outcome) -> list:
-    return [outcome.decision, outcome.reason, outcome.preset, outcome.grants]
-
-
-def _fork_decider(decider: _Decider, work: list[tuple[Key, bool]]) -> tuple[int, int]:
-    """Fork a child that decides `work` and writes its answers as JSON to a pipe, then exits at once (no
-    atexit, no flush of what the parent's threads hold); (its pid, the pipe's reading end).
-
-    The answers are two numbers per Pod, each the index of an outcome in a list of the distinct ones (-1: none;
-    the second -2: the same as the first), so the parent reads a few outcomes, not one per Pod."""
-    reading, writing = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: the engine only (no database, no logging), then _exit whatever happens
-        status = 1
-        try:
-            os.close(reading)
-            outcomes: list[list] = []
-            index: dict[int, int] = {}  # id() of a distinct outcome (_Outcomes shares them): its place in outcomes
-
-            def place(outcome: Outcome | None) -> int:
-                if outcome is None:
-                    return -1
-                found = index.get(id(outcome))
-                if found is None:
-                    found = index[id(outcome)] = len(outcomes)
-                    outcomes.append(_outcome_json(outcome))
-                return found
-
-            answers: list[int] = []
-            for key, need_before in work:
-                was, will = decider.decide(key, need_before)
-                answers += (place(was), -2 if will is was else place(will))
-            data = orjson.dumps({"outcomes": outcomes, "answers": answers, "runs": decider.runs,
-                                 "rebuild": decider.rebuild_seconds, "engine": decider.engine_seconds})
-            view = memoryview(data)
-            while view:
-                view = view[os.write(writing, view):]
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(writing)
-    return pid, reading
-
-
-def _child_answers(pid: int, reading: int) -> dict[str, Any] | None:
-    """What the child wrote, once it has exited (None if it failed: the parent then decides its share)."""
-    chunks = []
-    try:
-        with os.fdopen(reading, "rb") as pipe:
-            while chunk := pipe.read(1 << 20):
-                chunks.append(chunk)
-    finally:
-        _, status = os.waitpid(pid, 0)
-    if status != 0:
-        return None
-    try:
-        answers: dict[str, Any] = orjson.loads(b"".join(chunks))
-    except orjson.JSONDecodeError:
-        return None
-    return answers
-
-
 def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_DAYS, limit: int = MAX_ADMISSIONS,
                         examples: int = DEFAULT_EXAMPLES, progress_every: int = PROGRESS_EVERY,
-                        prune: bool = True, workers: int = 2) -> Iterator[int | ImpactReport]:
+                        prune: bool = True, workers: int = 2,
+                        budget_seconds: float | None = None) -> Iterator[int | ImpactReport]:
     """impact_replay, step by step: about the number replayed so far every `progress_every` rows, then the
-    report. `workers`: 2 decides half the distinct Pods of a large replay in a second process."""
+    report. `workers` > 1: a replay of PARALLEL_MIN_PODS distinct Pods or more is decided by that many child
+    processes, killed past `budget_seconds` (ImpactTimeout)."""
     started = time.perf_counter()
     report = ImpactReport(days=days, limit=limit)
     seconds = report.phase_seconds
-    for phase in ("fetch", "decode", "rebuild", "engine", "merge"):
+    for phase in ("fetch", "decode", "rebuild", "engine", "children"):
         seconds[phase] = 0.0
     # The distinct Pods, in order of first appearance, and whether a row needs today's answer computed: a row
     # decided under today's version says itself what today's configuration gives (only those rows' grants
@@ -295,50 +133,17 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
         key = (row.namespace, row.inputs, row.resources_before)
         need_before[key] = need_before.get(key, False) or not recorded_usable(row)
     work = list(need_before.items())
-    outcomes = _Outcomes()
-    decider = _Decider(before, after, prune, outcomes)
+    outcomes = Outcomes()
+    decider = Decider(before, after, prune, outcomes)
     answers: dict[Key, tuple[Outcome | None, Outcome]] = {}
-    own, theirs = work, []
-    child: tuple[int, int] | None = None
-    if workers > 1 and len(work) >= PARALLEL_MIN_PODS and hasattr(os, "fork"):
-        # The child gets its share by fork (nothing to send) and answers through a pipe; the parent decides
-        # the other share meanwhile.
-        own, theirs = work[: len(work) // 2], work[len(work) // 2:]
-        child = _fork_decider(decider, theirs)
-    try:
-        share = max(1, len(own))
-        for done, (key, need) in enumerate(own, 1):
+    if workers > 1 and len(work) >= PARALLEL_MIN_PODS:
+        yield from _children_decide(before, after, prune, work, workers, answers, outcomes, decider, seconds,
+                                    rows=len(rows), budget_seconds=budget_seconds)
+    else:
+        for done, (key, need) in enumerate(work, 1):
             answers[key] = decider.decide(key, need)
             if done % progress_every == 0:
-                yield len(rows) * done // share  # the second process decides its share meanwhile
-        found = None
-        if child is not None:
-            waited = time.perf_counter()
-            pid, reading = child
-            child = None
-            found = _child_answers(pid, reading)
-            seconds["merge"] = time.perf_counter() - waited
-    finally:
-        if child is not None:  # the caller stopped early (a closed stream): stop the child too
-            os.kill(child[0], signal.SIGKILL)
-            os.waitpid(child[0], 0)
-            os.close(child[1])
-    if found is not None:
-        seconds["worker_rebuild"], seconds["worker_engine"] = found["rebuild"], found["engine"]
-
-        told = [outcomes.get(values[0], values[1], values[2], tuple(tuple(grant) for grant in values[3]))
-                for values in found["outcomes"]]
-        pairs = found["answers"]
-        if len(pairs) != 2 * len(theirs):
-            raise AssertionError("the second process answered for other Pods than its share")
-        for number, (key, _) in enumerate(theirs):
-            was_index, will_index = pairs[2 * number], pairs[2 * number + 1]
-            was = told[was_index] if was_index >= 0 else None
-            answers[key] = (was, cast(Outcome, was) if will_index == -2 else told[will_index])
-        decider.runs += found["runs"]
-    else:
-        for key, need in theirs:  # no child, or it failed: decide its share here
-            answers[key] = decider.decide(key, need)
+                yield len(rows) * done // len(work)
     report.engine_runs = decider.runs
     seconds["rebuild"], seconds["engine"] = decider.rebuild_seconds, decider.engine_seconds
     recorded: dict[tuple[str, str, str, str], Outcome] = {}
@@ -371,3 +176,118 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
     report.seconds = time.perf_counter() - started
     seconds["report"] = report.seconds - sum(v for k, v in seconds.items() if not k.startswith("worker_"))
     yield report
+
+
+# A replay of this many distinct Pods or more is decided in child processes: the engine's runs are most of a
+# replay's time, and they are independent. Below it, starting a child costs more than it saves.
+PARALLEL_MIN_PODS = 4_000
+# The child's command: the engine only, from this checkout (python -m puts the working directory on sys.path).
+CHILD_ARGV = [sys.executable, "-m", "mutations.impact.child"]
+CHILD_CWD = Path(__file__).resolve().parents[2]
+# How often a waiting replay reports progress (a stream's line) and looks at its budget.
+CHILD_POLL_SECONDS = 0.5
+
+
+def _child_start(before: Catalog, after: Catalog, prune: bool, share: list[tuple[Key, bool]]
+                 ) -> tuple[subprocess.Popen, IO[bytes], IO[bytes]]:
+    """Start a child deciding `share`: its input and output are temporary files (no pipe to keep draining),
+    its environment the interpreter's only (_child_env), its process group its own (killed as a whole)."""
+    given = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _children_decide
+    given.write(pickle.dumps((before, after, prune, share), protocol=pickle.HIGHEST_PROTOCOL))
+    given.seek(0)
+    answered = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _children_decide
+    errors = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _children_decide
+    try:
+        child = subprocess.Popen(CHILD_ARGV, stdin=given, stdout=answered, stderr=errors,
+                                 cwd=CHILD_CWD, env=_child_env(), close_fds=True,
+                                 start_new_session=True)
+    finally:
+        given.close()
+    return child, answered, errors
+
+
+def _child_env() -> dict[str, str]:
+    """What the child's interpreter needs (PATH, PYTHON*, the locale): no setting, secret or database URL."""
+    return {name: value for name, value in os.environ.items()
+            if name in ("PATH", "LANG", "LC_ALL") or name.startswith("PYTHON")}
+
+
+def _child_kill(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    child.wait()
+
+
+def _children_decide(before: Catalog, after: Catalog, prune: bool, work: list[tuple[Key, bool]], workers: int,
+                     answers: dict[Key, tuple[Outcome | None, Outcome]], outcomes: Outcomes, decider: Decider,
+                     seconds: dict[str, float], *, rows: int, budget_seconds: float | None) -> Iterator[int]:
+    """Decide `work` in `workers` child processes, one share each, into `answers`; yield progress while they
+    run. A child that fails has its share decided here; children still running past `budget_seconds` are
+    killed (ImpactTimeout); so are they when the caller stops early (a closed stream)."""
+    waited = time.perf_counter()
+    deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
+    size = -(-len(work) // workers)
+    shares = [work[n:n + size] for n in range(0, len(work), size)]
+    running = [(share, *_child_start(before, after, prune, share)) for share in shares]
+    done_pods = 0
+    try:
+        for share, child, answered, errors in running:
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise ImpactTimeout(cast(float, budget_seconds))
+                try:
+                    child.wait(timeout=CHILD_POLL_SECONDS if left is None else min(CHILD_POLL_SECONDS, left))
+                    break
+                except subprocess.TimeoutExpired:
+                    yield rows * done_pods // len(work)
+            found = _child_answers(child, answered, errors, len(share))
+            if found is None:
+                for key, need in share:  # it failed: decide its share here
+                    answers[key] = decider.decide(key, need)
+            else:
+                _merge(found, share, answers, outcomes)
+                decider.runs += found["runs"]
+                seconds["worker_rebuild"] = seconds.get("worker_rebuild", 0.0) + found["rebuild"]
+                seconds["worker_engine"] = seconds.get("worker_engine", 0.0) + found["engine"]
+            done_pods += len(share)
+            yield rows * done_pods // len(work)
+    finally:
+        for _, child, answered, errors in running:
+            _child_kill(child)
+            answered.close()
+            errors.close()
+        seconds["children"] = time.perf_counter() - waited
+
+
+def _child_answers(child: subprocess.Popen, answered: IO[bytes], errors: IO[bytes], pods: int
+                   ) -> dict[str, Any] | None:
+    """What an ended child wrote (None if it failed: exit status, output, or answers for other Pods)."""
+    if child.returncode != 0:
+        errors.seek(0)
+        logger.warning("impact replay child failed; its share is decided in the request's process",
+                       extra={"status": child.returncode, "error": errors.read(4096).decode(errors="replace")})
+        return None
+    answered.seek(0)
+    try:
+        found: dict[str, Any] = orjson.loads(answered.read())
+    except orjson.JSONDecodeError:
+        return None
+    if len(found.get("answers", ())) != 2 * pods:
+        return None
+    return found
+
+
+def _merge(found: dict[str, Any], share: list[tuple[Key, bool]], answers: dict[Key, tuple[Outcome | None, Outcome]],
+           outcomes: Outcomes) -> None:
+    """A child's compact answers (decide.decider_answers) as Outcomes, shared with this process's."""
+    told = [outcomes.get(values[0], values[1], values[2], tuple(tuple(grant) for grant in values[3]))
+            for values in found["outcomes"]]
+    pairs = found["answers"]
+    for number, (key, _) in enumerate(share):
+        was_index, will_index = pairs[2 * number], pairs[2 * number + 1]
+        was = told[was_index] if was_index >= 0 else None
+        answers[key] = (was, cast(Outcome, was) if will_index == -2 else told[will_index])

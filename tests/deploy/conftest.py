@@ -26,7 +26,6 @@ COMPONENT_COMBINATIONS = [
     ("components/all-pods",),
     ("components/fail-closed",),
     ("components/all-pods", "components/fail-closed"),
-    ("components/mtls",),
     ("components/quotas",),
     ("components/monitoring",),
     ("components/unconverted-pods",),

@@ -99,6 +99,31 @@ def test_servicemonitor_scrapes_the_webhook_port_over_tls_with_the_metrics_token
     assert endpoint["honorLabels"] is True
 
 
+def test_a_servicemonitor_of_its_own_scrapes_the_operator_pods_with_the_same_tls_and_token(monitored):
+    monitor = find_object(monitored, "ServiceMonitor", "volcano-injector-operator")
+    validate_custom(monitor)
+    ui = find_object(monitored, "Service", "volcano-injector-ui")
+    assert labels_match(monitor["spec"]["selector"], ui["metadata"]["labels"])
+    assert not labels_match(monitor["spec"]["selector"], find_object(monitored, "Service", NAME)["metadata"]["labels"])
+    (endpoint,) = monitor["spec"]["endpoints"]
+    (webhook_endpoint,) = find_object(monitored, "ServiceMonitor", NAME)["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in ui["spec"]["ports"]} and endpoint["path"] == "/metrics"
+    assert endpoint["tlsConfig"]["ca"] == webhook_endpoint["tlsConfig"]["ca"]
+    certificate = find_object(monitored, "Certificate", "volcano-injector-serving")
+    assert endpoint["tlsConfig"]["serverName"] in certificate["spec"]["dnsNames"]
+    assert endpoint["authorization"] == webhook_endpoint["authorization"]
+    operator = [e for e in injector_container(monitored, "volcano-injector-operator")["env"]
+                if e["name"] == "METRICS_TOKEN"][0]["valueFrom"]
+    assert endpoint["authorization"]["credentials"] == {k: operator["secretKeyRef"][k] for k in ("name", "key")}
+
+
+def test_prometheus_namespace_may_scrape_both_deployments_through_their_network_policies(monitored):
+    for name, port in ((NAME, "https"), ("volcano-injector-operator", "https-ui")):
+        rules = find_object(monitored, "NetworkPolicy", name)["spec"]["ingress"]
+        assert {"ports": [{"port": port, "protocol": "TCP"}], "from": [{"namespaceSelector": {
+            "matchLabels": {"volcano-injector.io/metrics-access": "true"}}}]} in rules, name
+
+
 def test_metrics_path_resolves_to_the_metrics_view_on_the_webhook_only_port(monitored):
     from django.urls import resolve
 
@@ -195,11 +220,16 @@ def test_the_webhooks_own_account_gets_no_token(builds):
 
 
 def test_monitoring_config_does_not_change_the_webhook(builds):
-    """The components add objects; the webhook's own ones are those of production alone."""
+    """The components add objects; the webhook's own ones are those of production alone, but for the rule
+    monitoring adds to each NetworkPolicy for Prometheus' namespace."""
     base = {(o["kind"], o["metadata"]["name"]): o for o in builds["overlays/production"]}
+    prometheus = {"namespaceSelector": {"matchLabels": {"volcano-injector.io/metrics-access": "true"}}}
     for name in MONITORED + SCANNED:
         for obj in builds[name]:
             key = (obj["kind"], obj["metadata"]["name"])
             if key in base:
+                if obj["kind"] == "NetworkPolicy":
+                    obj = copy.deepcopy(obj)
+                    obj["spec"]["ingress"] = [r for r in obj["spec"]["ingress"] if r.get("from") != [prometheus]]
                 assert obj == base[key], key
     assert find_prefixed(builds["overlays/production"], "ConfigMap", "volcano-injector-config")

@@ -71,6 +71,11 @@
     try {
       const response = await fetch(panel.dataset.url, {method: "POST", body: data, credentials: "same-origin",
         headers: {"X-CSRFToken": data.get("csrfmiddlewaretoken") || ""}});
+      if (response.status === 429 || response.status === 503) {  // busy (Retry-After), or past the time budget
+        const answer = await response.json();
+        panel.querySelector("#impact-result").replaceChildren(el("p", answer.detail, {class: "errornote"}));
+        status.textContent = ""; return;
+      }
       if (!response.ok) { showErrors(panel, await response.json()); status.textContent = ""; return; }
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
@@ -83,6 +88,7 @@
         while ((newline = buffered.indexOf("\n")) >= 0) {
           const line = JSON.parse(buffered.slice(0, newline)); buffered = buffered.slice(newline + 1);
           if (line.report) { showReport(panel, line.report); status.textContent = "Done."; progress.value = progress.max; }
+          else if (line.error) { panel.querySelector("#impact-result").replaceChildren(el("p", line.error, {class: "errornote"})); status.textContent = ""; }
           else { progress.max = Math.max(line.of, 1); progress.value = line.progress; status.textContent = `${line.progress} of ${line.of}`; }
         }
       }

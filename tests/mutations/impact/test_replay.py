@@ -3,6 +3,7 @@ against the engine re-run on each original Pod, through POST /api/v1/impact/ (JS
 
 import copy
 import json
+import sys
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -272,10 +273,8 @@ def test_when_the_second_process_fails_the_replay_decides_its_share_itself(admit
     after = draft_catalog(draft=_draft(DRAFTS[0]))
     alone = impact_replay(before=catalog_current(), after=after, workers=1)
 
-    def broken(outcome):
-        raise RuntimeError("the child's answers cannot be written")
-
-    monkeypatch.setattr(replay, "_outcome_json", broken)  # only the child writes answers
+    # A child that dies before it answers (here: at once, with status 3).
+    monkeypatch.setattr(replay, "CHILD_ARGV", [sys.executable, "-c", "raise SystemExit(3)"])
     forked = impact_replay(before=catalog_current(), after=after, workers=2)
     assert {**forked.as_dict(), "seconds": 0} == {**alone.as_dict(), "seconds": 0}
     assert "worker_engine" not in forked.phase_seconds
@@ -341,3 +340,44 @@ def test_pods_with_equal_inputs_are_decided_once_and_the_report_equals_the_rerun
     # Each kind of Pod gets its own answer: the 13B, two-GPU and pinned-memory ones keep or change theirs
     # apart from the 7B replicas, and only team-c's are refused by its cap.
     assert want["now_denied"] == 4 and 0 < want["changed"] < len(sent)
+
+
+# --- the time budget: a child that hangs is killed, and the request says so ----------------------------
+
+HUNG_CHILD = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def test_a_child_that_hangs_past_the_budget_is_killed_and_the_replay_says_so(admitted, monkeypatch):
+    import os
+    import time
+
+    from mutations.impact import ImpactTimeout, impact_replay, replay
+
+    monkeypatch.setattr(replay, "PARALLEL_MIN_PODS", 2)
+    monkeypatch.setattr(replay, "CHILD_ARGV", HUNG_CHILD)
+    started = time.monotonic()
+    with pytest.raises(ImpactTimeout, match="time budget of 1 s"):
+        impact_replay(before=catalog_current(), after=draft_catalog(draft=_draft(DRAFTS[0])), budget_seconds=1)
+    assert time.monotonic() - started < 10
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # killed and reaped: no child left, not even a zombie
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_impact_request_whose_replay_hangs_answers_with_the_budget_it_ran_past(api, admitted, monkeypatch,
+                                                                                  settings, stream):
+    from mutations.impact import replay
+
+    monkeypatch.setattr(replay, "PARALLEL_MIN_PODS", 2)
+    monkeypatch.setattr(replay, "CHILD_ARGV", HUNG_CHILD)
+    settings.INJECTOR_IMPACT_BUDGET_SECONDS = 1
+    preset = Preset.objects.get(name="llm-7b")
+    draft = {"object_type": "preset", "id": preset.pk, "changes": {"vgpu_memory_mib": 40960}}
+    response = api.post(f"{IMPACT}?stream=1" if stream else IMPACT, draft, format="json")
+    if stream:
+        last = json.loads(b"".join(response.streaming_content).splitlines()[-1])
+        assert "time budget of 1 s" in last["error"]
+    else:
+        assert response.status_code == 503
+        assert "time budget of 1 s" in response.json()["detail"]
+        assert "INJECTOR_IMPACT_BUDGET_SECONDS" in response.json()["detail"]
