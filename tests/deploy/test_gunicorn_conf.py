@@ -1,6 +1,6 @@
 """injector_site/gunicorn_conf.py: HTTPS, mTLS, settings from the environment, logs, metrics dir.
 
-Certificate rotation is in tests/injector_site/test_tls.py."""
+Certificate rotation is in tests/injector_site/platform/test_tls.py."""
 
 from __future__ import annotations
 

@@ -315,7 +315,7 @@ def test_every_admission_is_counted_once_over_both_workers(stack):
 
 
 def test_the_served_certificates_expiry_is_exported(stack):
-    from tests.injector_site.test_tls import openssl_not_after
+    from tests.injector_site.platform.test_tls import openssl_not_after
 
     result = stack.query('volcano_injector_tls_certificate_expiry_timestamp_seconds{certificate="serving"}')
     assert float(result["data"]["result"][0]["value"][1]) == openssl_not_after(stack.certs / "tls.crt")
