@@ -7,11 +7,14 @@ says how the grant adds up. The arithmetic and a worked example: docs/sizing.md.
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 
+from .annotations import ANN_MODEL, ANN_PRESET, ANN_VGPU_MEMORY
 from .denial import Denial
+from .groups import ServingGroup, lws_group_read, serving_group
 from .memory import (
     DTYPE_BYTES,
     GGUF_BITS,
@@ -25,8 +28,8 @@ from .memory import (
     weight_bytes_per_param,
 )
 from .pod import Container, resource_map
-from .serving import LLAMA_CPP, ServingCommand, serving_command_read
-from .specs import GPU_RESOURCE, GpuModelSpec, JsonObject
+from .serving import KSERVE, LLAMA_CPP, VLLM, Launch, ServingCommand, container_launch_read, env_values
+from .specs import GPU_RESOURCE, GpuModelSpec, GroupLeader, JsonObject, UnknownModel
 
 # Name suffixes of quantized checkpoints -> weight type (DTYPE_BYTES), longest first.
 _NAME_QUANT = (
@@ -48,13 +51,35 @@ _FLAG_QUANT = {
     "gguf": None, "modelopt_fp4": "nvfp4",
 }
 TP_CHOICES = (1, 2, 4, 8, 16)
+# The most GPUs one node holds (HGX/DGX boards: 8): a fix never asks one Pod for more; it asks for a group.
+MAX_GPUS_PER_NODE = 8
+# Where KServe's controller puts an InferenceService's storageUri on the predictor Pod (kserve
+# pkg/constants: StorageInitializerSourceUriInternalAnnotationKey); its storage-initializer downloads it.
+KSERVE_STORAGE_URI = "internal.serving.kserve.io/storage-initializer-sourceuri"
+KSERVE_LABEL = "serving.kserve.io/inferenceservice"
+# Local paths where a model is mounted, which name no model.
+_MOUNT_PATHS = ("/mnt/models", "/models", "/model", "/data", "/mnt/model")
+
+
+@dataclass(frozen=True)
+class ServingPod:
+    """What sizing from the serving command knows of the Pod around its containers (all plain data)."""
+
+    metadata: JsonObject = field(default_factory=dict, compare=False, hash=False)
+    # volcano-injector.io/model: the model the Pod serves, when its command does not name it.
+    pinned_model: str | None = None
+    # A serving group worker's leader grant, as the webhook read it (MutationContext.group_leader).
+    leader: GroupLeader | None = None
+    unknown_model: UnknownModel = UnknownModel.WARN
+    policy: str = "*"
 
 
 @dataclass(frozen=True)
 class ServingSizing:
-    """The memory per vGPU the serving command needs, the text that decided it, and its breakdown."""
+    """The memory per vGPU the serving command needs, the text that decided it, and its breakdown.
+    `memory_mib` None: the Pod serves a model that could not be read; `source` says why (the default sizes it)."""
 
-    memory_mib: int
+    memory_mib: int | None
     source: str
     container: str
     explanation: JsonObject
@@ -117,12 +142,13 @@ def _gpu_count(container: Container) -> int | None:
 
 
 def serving_size(*, containers: list[Container], language_models: dict[str, LanguageModelSpec],
-                 card: GpuModelSpec | None, sequences: int, warnings: list[str]) -> ServingSizing | None:
+                 card: GpuModelSpec | None, sequences: int, warnings: list[str],
+                 pod: ServingPod = ServingPod()) -> ServingSizing | None:
     """The size from the first GPU container's inference server; None when no container runs one we read."""
     for container in containers:
         if container.init:
             continue  # init containers download or check; they serve nothing
-        key = _memo_key(container, card, sequences)
+        key = _memo_key(container, card, sequences, pod)
         remembered = _MEMO.get(key) if key is not None else None
         if remembered is not None and remembered[0] is language_models:
             _, sizing, earlier, said = remembered
@@ -132,7 +158,7 @@ def serving_size(*, containers: list[Container], language_models: dict[str, Lang
             if sizing is _NOT_A_SERVER:
                 continue
             return sizing if isinstance(sizing, ServingSizing) else None
-        found, denial, notes = _size_container(container, language_models, card, sequences)
+        found, denial, notes = _size_container(container, language_models, card, sequences, pod)
         if key is not None:
             if len(_MEMO) >= MEMO_ENTRIES:
                 _MEMO.clear()
@@ -154,57 +180,193 @@ _NOT_A_SERVER = object()
 _MEMO: dict[tuple[object, ...], tuple[object, object, Denial | None, tuple[str, ...]]] = {}
 
 
-def _memo_key(container: Container, card: GpuModelSpec | None, sequences: int) -> tuple[object, ...] | None:
+def _memo_key(container: Container, card: GpuModelSpec | None, sequences: int,
+              pod: ServingPod) -> tuple[object, ...] | None:
     body = container.body
     try:
         env = body.get("env")
+        if _reads_metadata(pod.metadata, env):
+            return None  # the answer depends on this Pod's own metadata, not only on the template
         env_key = tuple((e.get("name"), e.get("value")) for e in env if isinstance(e, dict)) if env else ()
         command, args = body.get("command"), body.get("args")
         key = (container.path, container.name, body.get("image"), tuple(command) if command else (),
-               tuple(args) if args else (), env_key, _gpu_count(container), card, sequences)
+               tuple(args) if args else (), env_key, _gpu_count(container), card, sequences, pod)
         hash(key)
     except (TypeError, AttributeError):  # a value of another shape where a string belongs: not remembered
         return None
     return key
 
 
+_METADATA_READ = ("leaderworkerset.", "internal.serving.kserve", "serving.kserve")
+
+
+def _reads_metadata(metadata: JsonObject, env: object) -> bool:
+    """Whether sizing reads the Pod's metadata: env from fieldRef, a LeaderWorkerSet group, a KServe storageUri."""
+    if isinstance(env, list) and any(isinstance(e, dict) and "valueFrom" in e for e in env):
+        return True
+    for part in ("annotations", "labels"):
+        values = metadata.get(part)
+        if isinstance(values, dict) and any(k.startswith(_METADATA_READ) for k in values):
+            return True
+    return False
+
+
 def _size_container(container: Container, language_models: dict[str, LanguageModelSpec], card: GpuModelSpec | None,
-                    sequences: int) -> tuple[object, Denial | None, list[str]]:
+                    sequences: int, pod: ServingPod) -> tuple[object, Denial | None, list[str]]:
     """(ServingSizing, None when the server's model is not sized, or _NOT_A_SERVER; the denial; the warnings)."""
     said: list[str] = []
-    command = serving_command_read(container.body)
-    if command is None:
+    launch = container_launch_read(container.body, pod.metadata)
+    lws = lws_group_read(pod.metadata, container.body) if pod.metadata else None
+    command = launch.server
+    if command is None and not _serves_unread(container, launch, lws, pod):
         return _NOT_A_SERVER, None, said
     gpus = _gpu_count(container)
     if gpus is None:
         return None, None, said
     try:
-        return _size(container, command, gpus, language_models, card, sequences, said), None, said
+        if command is None:
+            return _size_unread(container, launch, lws, gpus, language_models, card, sequences, pod, said), None, said
+        return _size(container, command, gpus, language_models, card, sequences, said,
+                     pod=pod, group=serving_group(command, lws)), None, said
     except Denial as denial:
         return None, denial, said
 
 
+def _serves_unread(container: Container, launch: Launch, lws: ServingGroup | None, pod: ServingPod) -> bool:
+    """Whether a container that runs no server this reads still serves a model: a Ray node, a member of a
+    serving group, a KServe predictor, or a Pod that pins its model."""
+    return (launch.ray is not None or lws is not None or pod.leader is not None or pod.pinned_model is not None
+            or _kserve_predictor(container, pod.metadata))
+
+
+def _kserve_predictor(container: Container, metadata: JsonObject) -> bool:
+    labels = metadata.get("labels")
+    return container.name == "kserve-container" or (isinstance(labels, dict) and KSERVE_LABEL in labels)
+
+
+def _size_unread(container: Container, launch: Launch, lws: ServingGroup | None, gpus: int,
+                 language_models: dict[str, LanguageModelSpec], card: GpuModelSpec | None, sequences: int,
+                 pod: ServingPod, warnings: list[str]) -> ServingSizing | None:
+    """A GPU container that serves a model its command does not name: the leader's grant (a group's worker),
+    the pinned model, or what KServe put on the Pod; else the namespace default, said and audited."""
+    who = f"container {container.name!r}"
+    group = lws
+    leader = pod.leader
+    if leader is not None and leader.vgpu_memory_mib is not None:
+        where = group.describe() if group else "serving group"
+        warnings.append(f"{who}: a worker of a {where}: runs no server; given its leader {leader.pod}'s "
+                        f"{leader.vgpu_memory_mib:,} MiB per vGPU (the same share of the model per card)")
+        explanation = {"engine": None, "model": None, "matched": None, "method": f"leader {leader.pod}'s grant",
+                       "leader": leader.pod, "leader_source": leader.source, "per_card_mib": leader.vgpu_memory_mib,
+                       "group": group.as_dict() if group else None}
+        return ServingSizing(leader.vgpu_memory_mib, f"serving group: leader {leader.pod}'s grant", container.name,
+                             explanation)
+    model = pod.pinned_model or _kserve_model(container, pod.metadata)
+    if model is not None:
+        # The server's own command is elsewhere (Ray Serve config, the image): vLLM with the model split over
+        # every GPU of the Pod, or of its group.
+        width = gpus * (group.size if group else 1)
+        command = ServingCommand(engine=VLLM, model=model, tensor_parallel=width)
+        return _size(container, command, gpus, language_models, card, sequences, warnings, pod=pod, group=group,
+                     assumed=f"tensor parallel over the {'group' if group else 'Pod'}'s {width} GPU(s) assumed")
+    why = _unread_reason(launch, group, leader, container, pod)
+    return _unknown(container, why, pod, warnings)
+
+
+def _unread_reason(launch: Launch, group: ServingGroup | None, leader: GroupLeader | None, container: Container,
+                   pod: ServingPod) -> str:
+    if leader is not None:
+        return f"a serving group worker whose leader {leader.pod} has no grant the webhook could read"
+    if group is not None and group.leader:
+        return f"a worker of a {group.describe()} that runs no server; its leader {group.leader}'s grant was not read"
+    if launch.ray == "worker":
+        return "a Ray worker (ray start --address) runs no server command"
+    if launch.ray == "head":
+        return "a Ray head runs no server command (the model is in the Ray Serve config)"
+    if _kserve_predictor(container, pod.metadata):
+        return "a KServe predictor with no model id or storageUri the webhook can read"
+    return "the Pod's serving group runs no server command in this Pod"
+
+
+def _unknown(container: Container, why: str, pod: ServingPod, warnings: list[str]) -> ServingSizing:
+    """A serving container whose model is not known: said in the warning and the audit row, or denied by policy."""
+    who = f"container {container.name!r}"
+    pin = f"set {ANN_MODEL} to a catalog name or Hugging Face id"
+    if pod.unknown_model is UnknownModel.DENY:
+        raise Denial(
+            f"metadata.annotations[{ANN_MODEL}]",
+            f"{who}: the model it serves could not be read ({why}); namespace policy {pod.policy!r} denies serving "
+            f"Pods whose model is not known (unknown_model: deny); {pin}, or size it with {ANN_VGPU_MEMORY} or "
+            f"{ANN_PRESET}", rule="policy.unknown_model", policy=pod.policy,
+            fix=f"{pin}, or set {ANN_VGPU_MEMORY} or {ANN_PRESET}")
+    warnings.append(f"{who}: model not read ({why}); sized by the namespace default; {pin}")
+    explanation = {"engine": None, "model": None, "matched": None, "method": f"model not read: {why}",
+                   "per_card_mib": None}
+    return ServingSizing(None, "model not read", container.name, explanation)
+
+
+def _kserve_model(container: Container, metadata: JsonObject) -> str | None:
+    """The model a KServe predictor serves, from its storageUri (env STORAGE_URI, else the annotation KServe's
+    controller sets for its storage-initializer): hf://org/name, else the URI's last path part."""
+    env = env_values(container.body.get("env"), metadata)
+    uri = env.get("STORAGE_URI")
+    annotations = metadata.get("annotations")
+    if not uri and isinstance(annotations, dict):
+        uri = annotations.get(KSERVE_STORAGE_URI)
+    if not isinstance(uri, str) or "://" not in uri:
+        return None
+    scheme, _, path = uri.partition("://")
+    path = path.strip("/")
+    if scheme == "hf":
+        return path.split(":", 1)[0] or None
+    return path.rsplit("/", 1)[-1] or None
+
+
+def _model_named(command: ServingCommand, container: Container, pod: ServingPod) -> tuple[str | None, str]:
+    """The model the server serves and where that was read: the pinned annotation, the command, KServe's
+    storageUri (for a mounted path), else KServe's --model_name (the name it is served under)."""
+    if pod.pinned_model:
+        return pod.pinned_model, f"annotation {ANN_MODEL}"
+    model = command.model
+    if model and model.rstrip("/") not in _MOUNT_PATHS:
+        return model, ""
+    stored = _kserve_model(container, pod.metadata)
+    if stored:
+        return stored, "KServe storageUri"
+    if command.engine == KSERVE:
+        served = _flag(container, "model_name")
+        if served:
+            return served, "KServe --model_name, the name it is served under"
+    return model, ""
+
+
+def _flag(container: Container, name: str) -> str | None:
+    words = [w for key in ("command", "args") for w in (container.body.get(key) or []) if isinstance(w, str)]
+    for index, word in enumerate(words):
+        if word.lstrip("-").replace("-", "_").split("=", 1)[0] == name and word.startswith("-"):
+            if "=" in word:
+                return word.split("=", 1)[1] or None
+            return words[index + 1] if index + 1 < len(words) else None
+    return None
+
+
 def _size(container: Container, command: ServingCommand, gpus: int, language_models: dict[str, LanguageModelSpec],
-          card: GpuModelSpec | None, sequences: int, warnings: list[str]) -> ServingSizing | None:
+          card: GpuModelSpec | None, sequences: int, warnings: list[str], *, pod: ServingPod = ServingPod(),
+          group: ServingGroup | None = None, assumed: str = "") -> ServingSizing | None:
     who = f"container {container.name!r}"
     if command.unreadable:
         warnings.append(f"{who}: could not read {', '.join(command.unreadable)} on the {command.engine} command line; "
                         "the engine's default was assumed")
-    if not command.model:
-        warnings.append(f"{who}: runs {command.engine} but names no model the webhook can read; "
-                        "sized by the namespace default")
-        return None
+    name, read_from = _model_named(command, container, pod)
+    if not name:
+        return _unknown(container, f"{command.engine} names no model the webhook can read", pod, warnings)
+    if name != command.model:
+        command = replace(command, model=name)
+    if read_from:
+        assumed = f"model from {read_from}" + (f"; {assumed}" if assumed else "")
+    assert command.model is not None
     parallel = command.parallel
-    field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
-    if parallel > gpus:
-        raise Denial(field, (
-            f"{who} runs {command.engine} over {parallel} GPUs (tensor parallel {command.tensor_parallel or 1} x "
-            f"pipeline parallel {command.pipeline_parallel or 1}) but asks for {gpus} {GPU_RESOURCE}: the server "
-            f"sees only the vGPUs it is given and would fail at start; ask for {GPU_RESOURCE}: {parallel}, or lower "
-            "the parallel size"), fix=f"ask for {GPU_RESOURCE}: {parallel}, or lower the parallel size")
-    if parallel < gpus:
-        warnings.append(f"{who} asks for {gpus} GPUs but {command.engine} uses {parallel} "
-                        f"(--tensor-parallel-size x pipeline); each vGPU is sized for the {parallel}-way split")
+    _count_check(container, command, gpus, group, warnings)
     model = language_models.get(model_key(command.model))
     weight_type = weight_type_of(command, command.model)
     knobs = Knobs(engine=command.engine, tp=command.tensor_parallel or 1, pp=command.pipeline_parallel or 1,
@@ -217,11 +379,16 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         need = catalog_need(model, knobs)
         how = _catalog_method(model.name)
     else:
+        if pod.unknown_model is UnknownModel.DENY:
+            _unknown(container, f"{command.model} is not in the model catalog", pod, warnings)
         size = size_from_name(command.model)
         if size is None:
             warnings.append(f"{who}: {served}: the model is not in the catalog and its name states no size; "
-                            "sized by the namespace default (add it to the model catalog, /api/v1/models/)")
-            return None
+                            "sized by the namespace default (add it to the model catalog, /api/v1/models/, or set "
+                            f"{ANN_MODEL} to a catalog name)")
+            return ServingSizing(None, "model not in the catalog", container.name,
+                                 {"engine": command.engine, "model": command.model, "matched": None,
+                                  "method": "not in the catalog, no size in its name", "per_card_mib": None})
         per_param = weight_bytes_per_param(weight_type, "bf16")
         need = fallback_need(size[0], parallel=parallel, bytes_per_param=per_param,
                              weight_type=weight_type or "bf16", fraction=knobs.memory_fraction or 0.9)
@@ -229,18 +396,62 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         warnings.append(f"{who}: {served} is not in the model catalog: sized from the {size[1].upper()} in its name "
                         "with a conservative estimate; add the model to the catalog (/api/v1/models/) for a "
                         "grant that follows its architecture and context")
+    if assumed:
+        how = f"{how}; {assumed}"
+    field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
     if card is not None and need.per_card_mib > card.memory_mib:
-        raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel), rule="gpu.card_memory")
+        raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel, group),
+                     rule="gpu.card_memory")
     source = f"serving command: {served} ({how})"
-    warnings.append(f"{who}: {served} ({how}, {parallel} GPU(s)): {need.breakdown()}")
+    where = f", in a {group.describe()}" if group else ""
+    warnings.append(f"{who}: {served} ({how}, {parallel} GPU(s){where}): {need.breakdown()}")
     if model is not None and need.context_dominates:
         warnings.append(_long_context_note(who, model, knobs, need))
     explanation = _explanation(command, model, need, how)
+    if group is not None:
+        explanation["group"] = group.as_dict()
     return ServingSizing(need.per_card_mib, source, container.name, explanation)
 
 
+def _count_check(container: Container, command: ServingCommand, gpus: int, group: ServingGroup | None,
+                 warnings: list[str]) -> None:
+    """The GPUs the server spans (tensor x pipeline x data parallel) against those of its Pod, or of its whole
+    group: too few is denied (the server fails at start), with a fix a node can hold."""
+    who = f"container {container.name!r}"
+    world = command.world
+    pods = group.size if group else 1
+    have = gpus * pods
+    spans = (f"tensor parallel {command.tensor_parallel or 1} x pipeline parallel {command.pipeline_parallel or 1}"
+             + (f" x data parallel {command.data_parallel}" if (command.data_parallel or 1) > 1
+                and not command.dp_attention else ""))
+    if world > have:
+        asked = (f"asks for {gpus} {GPU_RESOURCE} in each of the {pods} Pods of its {group.kind} group ({have} in all)"
+                 if group else f"asks for {gpus} {GPU_RESOURCE}")
+        fix = _gpus_fix(world, pods, group)
+        raise Denial(f"{container.path}.resources.limits[{GPU_RESOURCE}]", (
+            f"{who} runs {command.engine} over {world} GPUs ({spans}) but {asked}: the server sees only the vGPUs "
+            f"it is given and would fail at start; {fix}, or lower the parallel size"),
+            fix=f"{fix}, or lower the parallel size")
+    if world < have:
+        share = f" over its group of {pods} Pods" if group else ""
+        warnings.append(f"{who} asks for {gpus} GPUs{share} but {command.engine} uses {world} ({spans}); "
+                        f"each vGPU is sized for the {command.parallel}-way split")
+
+
+def _gpus_fix(world: int, pods: int, group: ServingGroup | None) -> str:
+    """What to ask for so `world` GPUs are there, never more GPUs in one Pod than a node holds."""
+    per_pod = math.ceil(world / pods)
+    if per_pod <= MAX_GPUS_PER_NODE:
+        return (f"ask for {GPU_RESOURCE}: {per_pod} in each of the {pods} Pods" if group
+                else f"ask for {GPU_RESOURCE}: {per_pod}")
+    per_pod = next(n for n in (8, 4, 2, 1) if world % n == 0) if world % MAX_GPUS_PER_NODE else MAX_GPUS_PER_NODE
+    groups = math.ceil(world / per_pod)
+    return (f"run it as a group of {groups} Pods of {GPU_RESOURCE}: {per_pod} each (a LeaderWorkerSet of size "
+            f"{groups}, with Ray or --nnodes {groups})")
+
+
 def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, model: LanguageModelSpec | None,
-             knobs: Knobs, parallel: int) -> str:
+             knobs: Knobs, parallel: int, group: ServingGroup | None = None) -> str:
     text = (f"{who}: {served} ({how}) needs {need.per_card_mib:,} MiB per card to start ({need.breakdown()}), "
             f"more than one {card.name} has ({card.memory_mib:,} MiB)")
     fixes = []
@@ -254,8 +465,9 @@ def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, mo
             wider = fallback_need(weights_gb, parallel=tp * knobs.pp, bytes_per_param=1.0,
                                   weight_type=need.weight_type, fraction=need.fraction).per_card_mib
         if wider <= card.memory_mib:
+            ask = _gpus_fix(tp * knobs.pp, group.size if group else 1, group).removeprefix("ask for ")
             fixes.append(f"tensor parallel over {tp * knobs.pp} GPUs fits ({wider:,} MiB per card): "
-                         f"--tensor-parallel-size {tp} and {GPU_RESOURCE}: {tp * knobs.pp}")
+                         f"--tensor-parallel-size {tp} and {ask}")
             break
     if model is not None and not knobs.kv_cache_memory_bytes:
         context = largest_context_fitting(model, knobs, card.memory_mib)
