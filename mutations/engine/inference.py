@@ -276,9 +276,9 @@ def _size_unread(container: Container, launch: Launch, lws: ServingGroup | None,
 def _unread_reason(launch: Launch, group: ServingGroup | None, leader: GroupLeader | None, container: Container,
                    pod: ServingPod) -> str:
     if leader is not None:
-        return f"a serving group worker whose leader {leader.pod} has no grant the webhook could read"
+        return f"a group worker; leader {leader.pod}'s grant not read: {leader.source}"
     if group is not None and group.leader:
-        return f"a worker of a {group.describe()} that runs no server; its leader {group.leader}'s grant was not read"
+        return f"{group.kind} worker without a server; leader {group.leader}'s grant not read"
     if launch.ray == "worker":
         return "a Ray worker (ray start --address) runs no server command"
     if launch.ray == "head":
@@ -299,7 +299,9 @@ def _unknown(container: Container, why: str, pod: ServingPod, warnings: list[str
             f"Pods whose model is not known (unknown_model: deny); {pin}, or size it with {ANN_VGPU_MEMORY} or "
             f"{ANN_PRESET}", rule="policy.unknown_model", policy=pod.policy,
             fix=f"{pin}, or set {ANN_VGPU_MEMORY} or {ANN_PRESET}")
-    warnings.append(f"{who}: model not read ({why}); sized by the namespace default; {pin}")
+    # The fix first: kubectl shows at most 240 characters of a warning (admission.MAX_WARNING_CHARS).
+    warnings.append(f"{who}: model not read; set {ANN_MODEL} (catalog name or Hub id); namespace default used. "
+                    f"Why: {why}")
     explanation = {"engine": None, "model": None, "matched": None, "method": f"model not read: {why}",
                    "per_card_mib": None}
     return ServingSizing(None, "model not read", container.name, explanation)
@@ -403,7 +405,7 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel, group),
                      rule="gpu.card_memory")
     source = f"serving command: {served} ({how})"
-    where = f", in a {group.describe()}" if group else ""
+    where = f", {group.size}-Pod group" if group else ""
     warnings.append(f"{who}: {served} ({how}, {parallel} GPU(s){where}): {need.breakdown()}")
     if model is not None and need.context_dominates:
         warnings.append(_long_context_note(who, model, knobs, need))
