@@ -115,7 +115,8 @@ _KSERVE_FLAGS = {**_VLLM_FLAGS, "model-id": "model"}  # --model_dir is a local p
 _FLAGS = {VLLM: _VLLM_FLAGS, SGLANG: _SGLANG_FLAGS, TGI: _TGI_FLAGS, LLAMA_CPP: _LLAMA_FLAGS, KSERVE: _KSERVE_FLAGS}
 _ENV = {TGI: _TGI_ENV, LLAMA_CPP: _LLAMA_ENV, KSERVE: {"MODEL_ID": "model"}, VLLM: {}, SGLANG: {}}
 # Every environment variable a server's settings are read from (what an audit row keeps: engine/inputs.py).
-SERVING_ENV_NAMES = frozenset(name for names in _ENV.values() for name in names)
+# (and those sizing reads beside the server's: KServe's storageUri, a LeaderWorkerSet's group size).
+SERVING_ENV_NAMES = frozenset(name for names in _ENV.values() for name in names) | {"STORAGE_URI", "LWS_GROUP_SIZE"}
 # Flags that take no value (so the next word is not theirs): only those that sit before a model name matter.
 _SWITCHES = {"trust-remote-code", "enforce-eager", "enable-prefix-caching", "no-enable-prefix-caching",
              "disable-log-requests", "enable-chunked-prefill", "disable-log-stats", "enable-auto-tool-choice",
