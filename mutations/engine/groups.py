@@ -9,12 +9,14 @@ nodes `--data-parallel-size D --data-parallel-size-local L` (D / L Pods). Pure: 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from .commands import env_values
 from .denial import Denial
-from .pod import asks_for_gpu, containers_read
-from .serving import Launch, ServingCommand, container_launch_read, env_values
-from .specs import JsonObject
+from .pod import Container, asks_for_gpu, containers_read
+from .serving import Launch, ServingCommand, container_launch_read
+from .specs import GPU_RESOURCE, JsonObject
 
 LWS_PREFIX = "leaderworkerset.sigs.k8s.io/"
 LWS_SIZE = LWS_PREFIX + "size"
@@ -22,6 +24,8 @@ LWS_WORKER_INDEX = LWS_PREFIX + "worker-index"
 LWS_GROUP_INDEX = LWS_PREFIX + "group-index"
 LWS_LEADER_NAME = LWS_PREFIX + "leader-name"
 LWS_NAME = LWS_PREFIX + "name"
+# The most GPUs one node holds (HGX/DGX boards: 8): a fix never asks one Pod for more; it asks for a group.
+MAX_GPUS_PER_NODE = 8
 # Pods in one group at most: LWS's own bound on size is far below; a larger number is a mistake, not a group.
 MAX_GROUP_SIZE = 1024
 
@@ -120,3 +124,40 @@ def _index(value: object) -> int | None:
     if isinstance(value, str) and value.strip().isdigit():
         return int(value.strip())
     return None
+
+
+def group_count_check(container: Container, command: ServingCommand, gpus: int, group: ServingGroup | None,
+                 warnings: list[str]) -> None:
+    """The GPUs the server spans (tensor x pipeline x data parallel) against those of its Pod, or of its whole
+    group: too few is denied (the server fails at start), with a fix a node can hold."""
+    who = f"container {container.name!r}"
+    world = command.world
+    pods = group.size if group else 1
+    have = gpus * pods
+    spans = (f"tensor parallel {command.tensor_parallel or 1} x pipeline parallel {command.pipeline_parallel or 1}"
+             + (f" x data parallel {command.data_parallel}" if (command.data_parallel or 1) > 1
+                and not command.dp_attention else ""))
+    if world > have:
+        asked = (f"asks for {gpus} {GPU_RESOURCE} in each of the {pods} Pods of its {group.kind} group ({have} in all)"
+                 if group else f"asks for {gpus} {GPU_RESOURCE}")
+        fix = gpus_fix(world, pods, group)
+        raise Denial(f"{container.path}.resources.limits[{GPU_RESOURCE}]", (
+            f"{who} runs {command.engine} over {world} GPUs ({spans}) but {asked}: the server sees only the vGPUs "
+            f"it is given and would fail at start; {fix}, or lower the parallel size"),
+            fix=f"{fix}, or lower the parallel size")
+    if world < have:
+        share = f" over its group of {pods} Pods" if group else ""
+        warnings.append(f"{who} asks for {gpus} GPUs{share} but {command.engine} uses {world} ({spans}); "
+                        f"each vGPU is sized for the {command.parallel}-way split")
+
+
+def gpus_fix(world: int, pods: int, group: ServingGroup | None) -> str:
+    """What to ask for so `world` GPUs are there, never more GPUs in one Pod than a node holds."""
+    per_pod = math.ceil(world / pods)
+    if per_pod <= MAX_GPUS_PER_NODE:
+        return (f"ask for {GPU_RESOURCE}: {per_pod} in each of the {pods} Pods" if group
+                else f"ask for {GPU_RESOURCE}: {per_pod}")
+    per_pod = next(n for n in (8, 4, 2, 1) if world % n == 0) if world % MAX_GPUS_PER_NODE else MAX_GPUS_PER_NODE
+    groups = math.ceil(world / per_pod)
+    return (f"run it as a group of {groups} Pods of {GPU_RESOURCE}: {per_pod} each (a LeaderWorkerSet of size "
+            f"{groups}, with Ray or --nnodes {groups})")

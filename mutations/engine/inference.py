@@ -1,20 +1,21 @@
 """Sizing a GPU Pod from the model its inference server serves: the catalog entry, or the size in its name.
 
 `serving_size` reads the first server in spec.containers (serving.py), finds its model in the
-catalog, estimates the memory per card (memory.py), refuses what cannot start on the card, and
-says how the grant adds up. The arithmetic and a worked example: docs/sizing.md.
+catalog, estimates the memory per card (memory.py), refuses what cannot start on the card or on the GPUs
+of its Pod or serving group (groups.py), and says how the grant adds up. A serving Pod whose command
+names no model is read from elsewhere or said to be unknown (model_source.py). The arithmetic and a
+worked example: docs/sizing.md.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 
-from .annotations import ANN_MODEL, ANN_PRESET, ANN_VGPU_MEMORY
+from .annotations import ANN_MODEL
 from .denial import Denial
-from .groups import ServingGroup, lws_group_read, serving_group
+from .groups import ServingGroup, gpus_fix, group_count_check, lws_group_read, serving_group
 from .memory import (
     DTYPE_BYTES,
     GGUF_BITS,
@@ -27,9 +28,18 @@ from .memory import (
     size_from_name,
     weight_bytes_per_param,
 )
+from .model_source import (
+    NO_POD,
+    ServingPod,
+    kserve_model,
+    kserve_predictor,
+    model_named,
+    unknown_model_said,
+    unread_reason,
+)
 from .pod import Container, resource_map
-from .serving import KSERVE, LLAMA_CPP, VLLM, Launch, ServingCommand, container_launch_read, env_values
-from .specs import GPU_RESOURCE, GpuModelSpec, GroupLeader, JsonObject, UnknownModel
+from .serving import LLAMA_CPP, VLLM, Launch, ServingCommand, container_launch_read
+from .specs import GPU_RESOURCE, GpuModelSpec, JsonObject, UnknownModel
 
 # Name suffixes of quantized checkpoints -> weight type (DTYPE_BYTES), longest first.
 _NAME_QUANT = (
@@ -51,29 +61,6 @@ _FLAG_QUANT = {
     "gguf": None, "modelopt_fp4": "nvfp4",
 }
 TP_CHOICES = (1, 2, 4, 8, 16)
-# The most GPUs one node holds (HGX/DGX boards: 8): a fix never asks one Pod for more; it asks for a group.
-MAX_GPUS_PER_NODE = 8
-# Where KServe's controller puts an InferenceService's storageUri on the predictor Pod (kserve
-# pkg/constants: StorageInitializerSourceUriInternalAnnotationKey); its storage-initializer downloads it.
-KSERVE_STORAGE_URI = "internal.serving.kserve.io/storage-initializer-sourceuri"
-KSERVE_LABEL = "serving.kserve.io/inferenceservice"
-# Local paths where a model is mounted, which name no model.
-_MOUNT_PATHS = ("/mnt/models", "/models", "/model", "/data", "/mnt/model")
-
-
-@dataclass(frozen=True)
-class ServingPod:
-    """What sizing from the serving command knows of the Pod around its containers (all plain data)."""
-
-    metadata: JsonObject = field(default_factory=dict, compare=False, hash=False)
-    # volcano-injector.io/model: the model the Pod serves, when its command does not name it.
-    pinned_model: str | None = None
-    # A serving group worker's leader grant, as the webhook read it (MutationContext.group_leader).
-    leader: GroupLeader | None = None
-    unknown_model: UnknownModel = UnknownModel.WARN
-    policy: str = "*"
-
-
 @dataclass(frozen=True)
 class ServingSizing:
     """The memory per vGPU the serving command needs, the text that decided it, and its breakdown.
@@ -143,7 +130,7 @@ def _gpu_count(container: Container) -> int | None:
 
 def serving_size(*, containers: list[Container], language_models: dict[str, LanguageModelSpec],
                  card: GpuModelSpec | None, sequences: int, warnings: list[str],
-                 pod: ServingPod = ServingPod()) -> ServingSizing | None:
+                 pod: ServingPod = NO_POD) -> ServingSizing | None:
     """The size from the first GPU container's inference server; None when no container runs one we read."""
     for container in containers:
         if container.init:
@@ -236,12 +223,7 @@ def _serves_unread(container: Container, launch: Launch, lws: ServingGroup | Non
     """Whether a container that runs no server this reads still serves a model: a Ray node, a member of a
     serving group, a KServe predictor, or a Pod that pins its model."""
     return (launch.ray is not None or lws is not None or pod.leader is not None or pod.pinned_model is not None
-            or _kserve_predictor(container, pod.metadata))
-
-
-def _kserve_predictor(container: Container, metadata: JsonObject) -> bool:
-    labels = metadata.get("labels")
-    return container.name == "kserve-container" or (isinstance(labels, dict) and KSERVE_LABEL in labels)
+            or kserve_predictor(container, pod.metadata))
 
 
 def _size_unread(container: Container, launch: Launch, lws: ServingGroup | None, gpus: int,
@@ -261,7 +243,7 @@ def _size_unread(container: Container, launch: Launch, lws: ServingGroup | None,
                        "group": group.as_dict() if group else None}
         return ServingSizing(leader.vgpu_memory_mib, f"serving group: leader {leader.pod}'s grant", container.name,
                              explanation)
-    model = pod.pinned_model or _kserve_model(container, pod.metadata)
+    model = pod.pinned_model or kserve_model(container, pod.metadata)
     if model is not None:
         # The server's own command is elsewhere (Ray Serve config, the image): vLLM with the model split over
         # every GPU of the Pod, or of its group.
@@ -269,97 +251,23 @@ def _size_unread(container: Container, launch: Launch, lws: ServingGroup | None,
         command = ServingCommand(engine=VLLM, model=model, tensor_parallel=width)
         return _size(container, command, gpus, language_models, card, sequences, warnings, pod=pod, group=group,
                      assumed=f"tensor parallel over the {'group' if group else 'Pod'}'s {width} GPU(s) assumed")
-    why = _unread_reason(launch, group, leader, container, pod)
+    why = unread_reason(launch, group, leader, container, pod)
     return _unknown(container, why, pod, warnings)
 
 
-def _unread_reason(launch: Launch, group: ServingGroup | None, leader: GroupLeader | None, container: Container,
-                   pod: ServingPod) -> str:
-    if leader is not None:
-        return f"a group worker; leader {leader.pod}'s grant not read: {leader.source}"
-    if group is not None and group.leader:
-        return f"{group.kind} worker without a server; leader {group.leader}'s grant not read"
-    if launch.ray == "worker":
-        return "a Ray worker (ray start --address) runs no server command"
-    if launch.ray == "head":
-        return "a Ray head runs no server command (the model is in the Ray Serve config)"
-    if _kserve_predictor(container, pod.metadata):
-        return "a KServe predictor with no model id or storageUri the webhook can read"
-    return "the Pod's serving group runs no server command in this Pod"
-
-
 def _unknown(container: Container, why: str, pod: ServingPod, warnings: list[str]) -> ServingSizing:
-    """A serving container whose model is not known: said in the warning and the audit row, or denied by policy."""
-    who = f"container {container.name!r}"
-    pin = f"set {ANN_MODEL} to a catalog name or Hugging Face id"
-    if pod.unknown_model is UnknownModel.DENY:
-        raise Denial(
-            f"metadata.annotations[{ANN_MODEL}]",
-            f"{who}: the model it serves could not be read ({why}); namespace policy {pod.policy!r} denies serving "
-            f"Pods whose model is not known (unknown_model: deny); {pin}, or size it with {ANN_VGPU_MEMORY} or "
-            f"{ANN_PRESET}", rule="policy.unknown_model", policy=pod.policy,
-            fix=f"{pin}, or set {ANN_VGPU_MEMORY} or {ANN_PRESET}")
-    # The fix first: kubectl shows at most 240 characters of a warning (admission.MAX_WARNING_CHARS).
-    warnings.append(f"{who}: model not read; set {ANN_MODEL} (catalog name or Hub id); namespace default used. "
-                    f"Why: {why}")
-    explanation = {"engine": None, "model": None, "matched": None, "method": f"model not read: {why}",
-                   "per_card_mib": None}
-    return ServingSizing(None, "model not read", container.name, explanation)
-
-
-def _kserve_model(container: Container, metadata: JsonObject) -> str | None:
-    """The model a KServe predictor serves, from its storageUri (env STORAGE_URI, else the annotation KServe's
-    controller sets for its storage-initializer): hf://org/name, else the URI's last path part."""
-    env = env_values(container.body.get("env"), metadata)
-    uri = env.get("STORAGE_URI")
-    annotations = metadata.get("annotations")
-    if not uri and isinstance(annotations, dict):
-        uri = annotations.get(KSERVE_STORAGE_URI)
-    if not isinstance(uri, str) or "://" not in uri:
-        return None
-    scheme, _, path = uri.partition("://")
-    path = path.strip("/")
-    if scheme == "hf":
-        return path.split(":", 1)[0] or None
-    return path.rsplit("/", 1)[-1] or None
-
-
-def _model_named(command: ServingCommand, container: Container, pod: ServingPod) -> tuple[str | None, str]:
-    """The model the server serves and where that was read: the pinned annotation, the command, KServe's
-    storageUri (for a mounted path), else KServe's --model_name (the name it is served under)."""
-    if pod.pinned_model:
-        return pod.pinned_model, f"annotation {ANN_MODEL}"
-    model = command.model
-    if model and model.rstrip("/") not in _MOUNT_PATHS:
-        return model, ""
-    stored = _kserve_model(container, pod.metadata)
-    if stored:
-        return stored, "KServe storageUri"
-    if command.engine == KSERVE:
-        served = _flag(container, "model_name")
-        if served:
-            return served, "KServe --model_name, the name it is served under"
-    return model, ""
-
-
-def _flag(container: Container, name: str) -> str | None:
-    words = [w for key in ("command", "args") for w in (container.body.get(key) or []) if isinstance(w, str)]
-    for index, word in enumerate(words):
-        if word.lstrip("-").replace("-", "_").split("=", 1)[0] == name and word.startswith("-"):
-            if "=" in word:
-                return word.split("=", 1)[1] or None
-            return words[index + 1] if index + 1 < len(words) else None
-    return None
+    """A serving container whose model is not known: the namespace default sizes it, and says so (or a denial)."""
+    return ServingSizing(None, "model not read", container.name, unknown_model_said(container, why, pod, warnings))
 
 
 def _size(container: Container, command: ServingCommand, gpus: int, language_models: dict[str, LanguageModelSpec],
-          card: GpuModelSpec | None, sequences: int, warnings: list[str], *, pod: ServingPod = ServingPod(),
+          card: GpuModelSpec | None, sequences: int, warnings: list[str], *, pod: ServingPod = NO_POD,
           group: ServingGroup | None = None, assumed: str = "") -> ServingSizing | None:
     who = f"container {container.name!r}"
     if command.unreadable:
         warnings.append(f"{who}: could not read {', '.join(command.unreadable)} on the {command.engine} command line; "
                         "the engine's default was assumed")
-    name, read_from = _model_named(command, container, pod)
+    name, read_from = model_named(command, container, pod)
     if not name:
         return _unknown(container, f"{command.engine} names no model the webhook can read", pod, warnings)
     if name != command.model:
@@ -368,7 +276,7 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         assumed = f"model from {read_from}" + (f"; {assumed}" if assumed else "")
     assert command.model is not None
     parallel = command.parallel
-    _count_check(container, command, gpus, group, warnings)
+    group_count_check(container, command, gpus, group, warnings)
     model = language_models.get(model_key(command.model))
     weight_type = weight_type_of(command, command.model)
     knobs = Knobs(engine=command.engine, tp=command.tensor_parallel or 1, pp=command.pipeline_parallel or 1,
@@ -415,43 +323,6 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
     return ServingSizing(need.per_card_mib, source, container.name, explanation)
 
 
-def _count_check(container: Container, command: ServingCommand, gpus: int, group: ServingGroup | None,
-                 warnings: list[str]) -> None:
-    """The GPUs the server spans (tensor x pipeline x data parallel) against those of its Pod, or of its whole
-    group: too few is denied (the server fails at start), with a fix a node can hold."""
-    who = f"container {container.name!r}"
-    world = command.world
-    pods = group.size if group else 1
-    have = gpus * pods
-    spans = (f"tensor parallel {command.tensor_parallel or 1} x pipeline parallel {command.pipeline_parallel or 1}"
-             + (f" x data parallel {command.data_parallel}" if (command.data_parallel or 1) > 1
-                and not command.dp_attention else ""))
-    if world > have:
-        asked = (f"asks for {gpus} {GPU_RESOURCE} in each of the {pods} Pods of its {group.kind} group ({have} in all)"
-                 if group else f"asks for {gpus} {GPU_RESOURCE}")
-        fix = _gpus_fix(world, pods, group)
-        raise Denial(f"{container.path}.resources.limits[{GPU_RESOURCE}]", (
-            f"{who} runs {command.engine} over {world} GPUs ({spans}) but {asked}: the server sees only the vGPUs "
-            f"it is given and would fail at start; {fix}, or lower the parallel size"),
-            fix=f"{fix}, or lower the parallel size")
-    if world < have:
-        share = f" over its group of {pods} Pods" if group else ""
-        warnings.append(f"{who} asks for {gpus} GPUs{share} but {command.engine} uses {world} ({spans}); "
-                        f"each vGPU is sized for the {command.parallel}-way split")
-
-
-def _gpus_fix(world: int, pods: int, group: ServingGroup | None) -> str:
-    """What to ask for so `world` GPUs are there, never more GPUs in one Pod than a node holds."""
-    per_pod = math.ceil(world / pods)
-    if per_pod <= MAX_GPUS_PER_NODE:
-        return (f"ask for {GPU_RESOURCE}: {per_pod} in each of the {pods} Pods" if group
-                else f"ask for {GPU_RESOURCE}: {per_pod}")
-    per_pod = next(n for n in (8, 4, 2, 1) if world % n == 0) if world % MAX_GPUS_PER_NODE else MAX_GPUS_PER_NODE
-    groups = math.ceil(world / per_pod)
-    return (f"run it as a group of {groups} Pods of {GPU_RESOURCE}: {per_pod} each (a LeaderWorkerSet of size "
-            f"{groups}, with Ray or --nnodes {groups})")
-
-
 def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, model: LanguageModelSpec | None,
              knobs: Knobs, parallel: int, group: ServingGroup | None = None) -> str:
     text = (f"{who}: {served} ({how}) needs {need.per_card_mib:,} MiB per card to start ({need.breakdown()}), "
@@ -467,7 +338,7 @@ def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, mo
             wider = fallback_need(weights_gb, parallel=tp * knobs.pp, bytes_per_param=1.0,
                                   weight_type=need.weight_type, fraction=need.fraction).per_card_mib
         if wider <= card.memory_mib:
-            ask = _gpus_fix(tp * knobs.pp, group.size if group else 1, group).removeprefix("ask for ")
+            ask = gpus_fix(tp * knobs.pp, group.size if group else 1, group).removeprefix("ask for ")
             fixes.append(f"tensor parallel over {tp * knobs.pp} GPUs fits ({wider:,} MiB per card): "
                          f"--tensor-parallel-size {tp} and {ask}")
             break

@@ -30,7 +30,8 @@ from .annotations import (
     vgpu_memory_parse,
 )
 from .denial import Denial
-from .inference import ServingPod, serving_size
+from .inference import serving_size
+from .model_source import ServingPod
 from .pod import Container
 from .specs import Catalog, GpuModelSpec, GroupLeader, JsonObject, PolicySpec, PresetSpec, ResourceDefaults
 

@@ -9,7 +9,7 @@ import pytest
 from mutations.engine import Knobs, catalog_need
 from mutations.models import AdmissionAudit
 from mutations.webhook import groups
-from profiles.language_models import language_model_spec
+from profiles.catalog import language_model_spec
 from profiles.models import LanguageModel
 from tests.mutations.engine.test_groups import RAY_WORKER, lws_pod, ray_leader
 from tests.support import pods
