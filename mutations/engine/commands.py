@@ -186,6 +186,8 @@ def _shell_value(match: re.Match[str], env: dict[str, str]) -> str:
 
 def ray_role(words: list[str]) -> str | None:
     """"head" or "worker" for `ray start --head` / `ray start --address=...`; None for anything else."""
+    if "start" not in words:  # most commands: one scan in C, not a split per word
+        return None
     for index, word in enumerate(words[:-1]):
         if word.rsplit("/", 1)[-1] == "ray" and words[index + 1] == "start":
             rest = words[index + 2:]

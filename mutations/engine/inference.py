@@ -15,7 +15,17 @@ from decimal import Decimal, InvalidOperation
 
 from .annotations import ANN_MODEL
 from .denial import Denial
-from .groups import ServingGroup, gpus_fix, group_count_check, lws_group_read, serving_group
+from .groups import (
+    LWS_LEADER_NAME,
+    LWS_NAME,
+    LWS_SIZE,
+    LWS_WORKER_INDEX,
+    ServingGroup,
+    gpus_fix,
+    group_count_check,
+    lws_group_read,
+    serving_group,
+)
 from .memory import (
     DTYPE_BYTES,
     GGUF_BITS,
@@ -29,6 +39,8 @@ from .memory import (
     weight_bytes_per_param,
 )
 from .model_source import (
+    KSERVE_LABEL,
+    KSERVE_STORAGE_URI,
     NO_POD,
     ServingPod,
     kserve_model,
@@ -184,16 +196,18 @@ def _memo_key(container: Container, card: GpuModelSpec | None, sequences: int,
     return key
 
 
-_METADATA_READ = ("leaderworkerset.", "internal.serving.kserve", "serving.kserve")
+# The metadata keys sizing reads (groups.lws_group_read, model_source): looked up, not scanned, on every Pod.
+_ANNOTATIONS_READ = (LWS_SIZE, LWS_LEADER_NAME, KSERVE_STORAGE_URI)
+_LABELS_READ = (LWS_SIZE, LWS_WORKER_INDEX, LWS_NAME, KSERVE_LABEL)
 
 
 def _reads_metadata(metadata: JsonObject, env: object) -> bool:
     """Whether sizing reads the Pod's metadata: env from fieldRef, a LeaderWorkerSet group, a KServe storageUri."""
     if isinstance(env, list) and any(isinstance(e, dict) and "valueFrom" in e for e in env):
         return True
-    for part in ("annotations", "labels"):
+    for part, keys in (("annotations", _ANNOTATIONS_READ), ("labels", _LABELS_READ)):
         values = metadata.get(part)
-        if isinstance(values, dict) and any(k.startswith(_METADATA_READ) for k in values):
+        if values and isinstance(values, dict) and any(key in values for key in keys):
             return True
     return False
 
