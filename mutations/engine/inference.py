@@ -189,7 +189,7 @@ def _memo_key(container: Container, card: GpuModelSpec | None, sequences: int,
         env_key = tuple((e.get("name"), e.get("value")) for e in env if isinstance(e, dict)) if env else ()
         command, args = body.get("command"), body.get("args")
         key = (container.path, container.name, body.get("image"), tuple(command) if command else (),
-               tuple(args) if args else (), env_key, _gpu_count(container), card, sequences, pod)
+               tuple(args) if args else (), env_key, _gpu_count(container), card, sequences, pod[:4])
         hash(key)
     except (TypeError, AttributeError):  # a value of another shape where a string belongs: not remembered
         return None

@@ -6,7 +6,7 @@ policy's unknown_model choice. Pure: the Pod's dicts in, text out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .annotations import ANN_MODEL, ANN_PRESET, ANN_VGPU_MEMORY
 from .commands import env_values
@@ -24,17 +24,18 @@ KSERVE_LABEL = "serving.kserve.io/inferenceservice"
 _MOUNT_PATHS = ("/mnt/models", "/models", "/model", "/data", "/mnt/model")
 
 
-@dataclass(frozen=True)
-class ServingPod:
-    """What sizing from the serving command knows of the Pod around its containers (all plain data)."""
+class ServingPod(NamedTuple):
+    """What sizing from the serving command knows of the Pod around its containers (all plain data). A named
+    tuple, not a frozen dataclass: one is built per GPU Pod on the admission path, and this is cheaper to build."""
 
-    metadata: JsonObject = field(default_factory=dict, compare=False, hash=False)
     # volcano-injector.io/model: the model the Pod serves, when its command does not name it.
     pinned_model: str | None = None
     # A serving group worker's leader grant, as the webhook read it (MutationContext.group_leader).
     leader: GroupLeader | None = None
     unknown_model: UnknownModel = UnknownModel.WARN
     policy: str = "*"
+    # The Pod's metadata (last: what the memo keys on is the fields before it, this dict is not hashable).
+    metadata: JsonObject = {}  # shared default: never written, only read
 
 
 # A Pod that says nothing beyond its containers (callers that size containers alone).
