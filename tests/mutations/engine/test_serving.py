@@ -1,6 +1,8 @@
 """Reading inference servers' command lines, as users write them in Pods: no database, no HTTP."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mutations.engine.inference import model_key, weight_type_of
 from mutations.engine.serving import container_launch_read, serving_command_read
@@ -209,3 +211,22 @@ def test_kubernetes_dollar_dollar_is_a_literal_dollar():
     body = {"name": "s", "image": "x", "command": ["vllm", "serve", "$$(MODEL)"],
             "env": [{"name": "MODEL", "value": "m-7B"}]}
     assert serving_command_read(body).model == "$(MODEL)"
+
+
+_SCRIPT_WORDS = st.sampled_from([
+    "sh", "bash", "-c", "-lc", "--", "vllm", "serve", "m-7B", "--tp", "2", "&&", "||", ";", "|", "&", "\n", "\\\n",
+    "'", '"', "#", "$(X)", "${X:-1}", "$X", "$$", "FOO=1", "export", "exec", "ray", "start", "--head", "2>&1", ">",
+    "python3", "-m", "sglang.launch_server", "--nnodes", "--model-path", "(", ")", "`", "\\",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(command=st.lists(st.one_of(_SCRIPT_WORDS, st.text(max_size=12)), max_size=8),
+       script=st.lists(st.one_of(_SCRIPT_WORDS, st.text(max_size=12)), max_size=30),
+       env=st.dictionaries(st.sampled_from(["X", "MODEL", "LWS_GROUP_SIZE"]), st.text(max_size=8), max_size=3))
+def test_any_command_line_is_read_without_raising(command, script, env):
+    """Whatever a Pod's command, args and env hold, reading them answers (a server or None), never raises."""
+    body = {"name": "s", "image": "vllm/vllm-openai", "command": command, "args": [" ".join(script)],
+            "env": [{"name": k, "value": v} for k, v in env.items()]}
+    launch = container_launch_read(body, {"name": "p", "labels": {"a": "b"}})
+    assert launch.ray in (None, "head", "worker")
