@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 
 from .annotations import ANN_MODEL
+from .commands import field_path_value
 from .denial import Denial
 from .groups import (
     LWS_LEADER_NAME,
@@ -183,10 +184,10 @@ def _memo_key(container: Container, card: GpuModelSpec | None, sequences: int,
               pod: ServingPod) -> tuple[object, ...] | None:
     body = container.body
     try:
+        if _reads_metadata(pod.metadata):
+            return None  # the answer depends on this Pod's group or KServe metadata, not only on the template
         env = body.get("env")
-        if _reads_metadata(pod.metadata, env):
-            return None  # the answer depends on this Pod's own metadata, not only on the template
-        env_key = tuple((e.get("name"), e.get("value")) for e in env if isinstance(e, dict)) if env else ()
+        env_key = _env_key(env, pod.metadata) if env else ()
         command, args = body.get("command"), body.get("args")
         key = (container.path, container.name, body.get("image"), tuple(command) if command else (),
                tuple(args) if args else (), env_key, _gpu_count(container), card, sequences, pod[:4])
@@ -201,10 +202,23 @@ _ANNOTATIONS_READ = (LWS_SIZE, LWS_LEADER_NAME, KSERVE_STORAGE_URI)
 _LABELS_READ = (LWS_SIZE, LWS_WORKER_INDEX, LWS_NAME, KSERVE_LABEL)
 
 
-def _reads_metadata(metadata: JsonObject, env: object) -> bool:
-    """Whether sizing reads the Pod's metadata: env from fieldRef, a LeaderWorkerSet group, a KServe storageUri."""
-    if isinstance(env, list) and any(isinstance(e, dict) and "valueFrom" in e for e in env):
-        return True
+def _env_key(env: list[JsonObject], metadata: JsonObject) -> tuple[object, ...]:
+    """The env as the memo sees it: literal values, and a fieldRef's value read from this Pod's metadata (the
+    worker index of one Pod is not another's); a Secret's or ConfigMap's reference is the same for every Pod."""
+    items = []
+    for item in env:
+        if not isinstance(item, dict):
+            continue
+        value = item.get("value")
+        source = item.get("valueFrom")
+        if value is None and isinstance(source, dict) and isinstance(source.get("fieldRef"), dict):
+            value = ("fieldRef", field_path_value(metadata, str(source["fieldRef"].get("fieldPath"))))
+        items.append((item.get("name"), value))
+    return tuple(items)
+
+
+def _reads_metadata(metadata: JsonObject) -> bool:
+    """Whether sizing reads the Pod's group or KServe metadata (a LeaderWorkerSet's size, a storageUri)."""
     for part, keys in (("annotations", _ANNOTATIONS_READ), ("labels", _LABELS_READ)):
         values = metadata.get(part)
         if values and isinstance(values, dict) and any(key in values for key in keys):

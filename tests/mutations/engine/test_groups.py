@@ -224,3 +224,16 @@ def test_a_gpu_pod_that_serves_nothing_is_not_an_unknown_model():
     result = run(pod, policy=DENY)
     assert result.decision is Decision.MUTATED
     assert result.source == "namespace policy ml"
+
+
+def test_a_model_named_through_a_field_ref_is_read_per_pod_not_from_the_first_pod_of_its_template():
+    def pod(model):
+        body = _container("vllm", "vllm/vllm-openai:v0.11.0", {"nvidia.com/gpu": "1"},
+                          args=["--model", "$(MODEL)", "--max-model-len", "8192"],
+                          env=[{"name": "MODEL", "valueFrom": {"fieldRef": {
+                              "fieldPath": "metadata.annotations['example.com/model']"}}}])
+        return _pod([body], generate_name="m-", namespace="ml", annotations={"example.com/model": model})
+
+    small, large = run(pod("Qwen/Qwen2.5-0.5B-Instruct")), run(pod("Qwen/Qwen2.5-7B-Instruct"))
+    assert limits(small)["volcano.sh/vgpu-memory"] == str(need("Qwen/Qwen2.5-0.5B-Instruct", max_model_len=8192))
+    assert limits(large)["volcano.sh/vgpu-memory"] == str(need("Qwen/Qwen2.5-7B-Instruct", max_model_len=8192))
