@@ -11,16 +11,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from decimal import Decimal, InvalidOperation
 
 from .annotations import ANN_MODEL
-from .commands import field_path_value
 from .denial import Denial
 from .groups import (
-    LWS_LEADER_NAME,
-    LWS_NAME,
-    LWS_SIZE,
-    LWS_WORKER_INDEX,
     ServingGroup,
     gpus_fix,
     group_count_check,
@@ -40,8 +34,6 @@ from .memory import (
     weight_bytes_per_param,
 )
 from .model_source import (
-    KSERVE_LABEL,
-    KSERVE_STORAGE_URI,
     NO_POD,
     ServingPod,
     kserve_model,
@@ -50,8 +42,9 @@ from .model_source import (
     unknown_model_said,
     unread_reason,
 )
-from .pod import Container, resource_map
+from .pod import Container
 from .serving import LLAMA_CPP, VLLM, Launch, ServingCommand, container_launch_read
+from .serving_memo import container_gpus, serving_memo_key
 from .specs import GPU_RESOURCE, GpuModelSpec, JsonObject, UnknownModel
 
 # Name suffixes of quantized checkpoints -> weight type (DTYPE_BYTES), longest first.
@@ -127,20 +120,6 @@ def weight_type_of(command: ServingCommand, model_name: str) -> str | None:
     return None
 
 
-def _gpu_count(container: Container) -> int | None:
-    """A whole GPU count asked for (limits first); None for a fraction or an unreadable value."""
-    for part in ("limits", "requests"):
-        value = resource_map(container, part).get(GPU_RESOURCE)
-        if value is None:
-            continue
-        try:
-            count = Decimal(str(value).strip())
-        except InvalidOperation:
-            return None
-        return int(count) if count == count.to_integral_value() and count >= 1 else None
-    return None
-
-
 def serving_size(*, containers: list[Container], language_models: dict[str, LanguageModelSpec],
                  card: GpuModelSpec | None, sequences: int, warnings: list[str],
                  pod: ServingPod = NO_POD) -> ServingSizing | None:
@@ -148,7 +127,7 @@ def serving_size(*, containers: list[Container], language_models: dict[str, Lang
     for container in containers:
         if container.init:
             continue  # init containers download or check; they serve nothing
-        key = _memo_key(container, card, sequences, pod)
+        key = serving_memo_key(container, card, sequences, pod)
         remembered = _MEMO.get(key) if key is not None else None
         if remembered is not None and remembered[0] is language_models:
             _, sizing, earlier, said = remembered
@@ -173,57 +152,12 @@ def serving_size(*, containers: list[Container], language_models: dict[str, Lang
 
 
 # The replicas of a Deployment share one template: the same container, the same answer. Remembered per
-# container (what the parser reads of it), GPU count, card and sequences, for the catalog object it was
+# container (serving_memo.serving_memo_key: what the parser reads of it, GPU count, card, sequences, the Pod's
+# pin and policy), for the catalog object it was
 # computed with; a new catalog (any configuration change) misses. Bounded; cleared when full.
 MEMO_ENTRIES = 1024
 _NOT_A_SERVER = object()
 _MEMO: dict[tuple[object, ...], tuple[object, object, Denial | None, tuple[str, ...]]] = {}
-
-
-def _memo_key(container: Container, card: GpuModelSpec | None, sequences: int,
-              pod: ServingPod) -> tuple[object, ...] | None:
-    body = container.body
-    try:
-        if _reads_metadata(pod.metadata):
-            return None  # the answer depends on this Pod's group or KServe metadata, not only on the template
-        env = body.get("env")
-        env_key = _env_key(env, pod.metadata) if env else ()
-        command, args = body.get("command"), body.get("args")
-        key = (container.path, container.name, body.get("image"), tuple(command) if command else (),
-               tuple(args) if args else (), env_key, _gpu_count(container), card, sequences, pod[:4])
-        hash(key)
-    except (TypeError, AttributeError):  # a value of another shape where a string belongs: not remembered
-        return None
-    return key
-
-
-# The metadata keys sizing reads (groups.lws_group_read, model_source): looked up, not scanned, on every Pod.
-_ANNOTATIONS_READ = (LWS_SIZE, LWS_LEADER_NAME, KSERVE_STORAGE_URI)
-_LABELS_READ = (LWS_SIZE, LWS_WORKER_INDEX, LWS_NAME, KSERVE_LABEL)
-
-
-def _env_key(env: list[JsonObject], metadata: JsonObject) -> tuple[object, ...]:
-    """The env as the memo sees it: literal values, and a fieldRef's value read from this Pod's metadata (the
-    worker index of one Pod is not another's); a Secret's or ConfigMap's reference is the same for every Pod."""
-    items = []
-    for item in env:
-        if not isinstance(item, dict):
-            continue
-        value = item.get("value")
-        source = item.get("valueFrom")
-        if value is None and isinstance(source, dict) and isinstance(source.get("fieldRef"), dict):
-            value = ("fieldRef", field_path_value(metadata, str(source["fieldRef"].get("fieldPath"))))
-        items.append((item.get("name"), value))
-    return tuple(items)
-
-
-def _reads_metadata(metadata: JsonObject) -> bool:
-    """Whether sizing reads the Pod's group or KServe metadata (a LeaderWorkerSet's size, a storageUri)."""
-    for part, keys in (("annotations", _ANNOTATIONS_READ), ("labels", _LABELS_READ)):
-        values = metadata.get(part)
-        if values and isinstance(values, dict) and any(key in values for key in keys):
-            return True
-    return False
 
 
 def _size_container(container: Container, language_models: dict[str, LanguageModelSpec], card: GpuModelSpec | None,
@@ -235,7 +169,7 @@ def _size_container(container: Container, language_models: dict[str, LanguageMod
     command = launch.server
     if command is None and not _serves_unread(container, launch, lws, pod):
         return _NOT_A_SERVER, None, said
-    gpus = _gpu_count(container)
+    gpus = container_gpus(container)
     if gpus is None:
         return None, None, said
     try:
