@@ -210,6 +210,10 @@ INJECTOR_MAX_BODY_BYTES = env_int("INJECTOR_MAX_BODY_BYTES", 3 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = INJECTOR_MAX_BODY_BYTES
 # Whether each admission is written to the audit table (switch off only to measure its cost).
 INJECTOR_AUDIT_ENABLED = env_bool("INJECTOR_AUDIT_ENABLED", True)
+# A serving group's worker Pod that runs no server (a LeaderWorkerSet's `ray start --address`) gets its
+# leader's grant, read from the leader Pod through the Kubernetes API (mutations/webhook/groups.py). Off
+# by default: it needs `get` on Pods, which the base deployment does not grant (deploy/README.md).
+INJECTOR_GROUP_LEADER_LOOKUP = env_bool("INJECTOR_GROUP_LEADER_LOOKUP", False)
 # Where answered-but-unwritten audit rows wait, durably, until PostgreSQL takes them.
 INJECTOR_AUDIT_SPOOL_DIR = env("INJECTOR_AUDIT_SPOOL_DIR", str(BASE_DIR / "var" / "spool"))
 # The audit writer (mutations/audit/writer.py): how often each process writes its spooled rows (seconds),

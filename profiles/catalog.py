@@ -27,6 +27,7 @@ from mutations.engine import (
     PresetSpec,
     ResourceDefaults,
     SchedulerScope,
+    UnknownModel,
     model_key,
     select_policy,
 )
@@ -136,6 +137,7 @@ def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
         budget_vgpu_number=row.budget_vgpu_number,
         infer_from_serving=row.infer_from_serving,
         kv_cache_sequences=row.kv_cache_sequences,
+        unknown_model=UnknownModel(row.unknown_model),
     )
 
 

@@ -1,8 +1,9 @@
-"""A client for the Kubernetes API, for the management commands that call it (never /mutate).
+"""A client for the Kubernetes API, for the management commands that call it, and for /mutate only to read a
+serving group's leader Pod when INJECTOR_GROUP_LEADER_LOOKUP is on (mutations/webhook/groups.py).
 
 Inside a Pod it uses the Pod's service account (in-cluster configuration); elsewhere the kubeconfig
 that KUBECONFIG names, else ~/.kube/config, as kubectl does. The official `kubernetes` client is
-imported here only, so processes that never call the API (the webhook) never load it.
+imported here only, so processes that never call the API (the webhook, with that lookup off) never load it.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from .specs import (
     ContainerGrant,
     Decision,
     GpuModelSpec,
+    GroupLeader,
     JsonObject,
     Mode,
     MutationContext,
@@ -32,16 +33,18 @@ from .specs import (
     PresetSpec,
     ResourceDefaults,
     SchedulerScope,
+    UnknownModel,
     is_namespace_pattern,
     select_policy,
 )
 
 __all__ = [
     "ANN_PRESET", "ANN_SKIP", "BUILTIN_POLICY", "GPU_RESOURCE",
-    "AdmissionRequest", "BadReview", "Catalog", "ContainerGrant", "Decision", "Denial", "GpuModelSpec", "JsonObject",
+    "AdmissionRequest", "BadReview", "Catalog", "ContainerGrant", "Decision", "Denial", "GpuModelSpec", "GroupLeader",
+    "JsonObject",
     "Knobs", "LanguageModelSpec", "Mode", "MutationContext", "MutationResult", "Need", "PodVerdict", "PolicySpec",
     "PresetSpec",
-    "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand",
+    "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand", "UnknownModel",
     "catalog_mark", "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",
     "model_key", "mutate_pod", "pod_gpus_requested", "pod_verdict", "serving_command_read", "serving_size",
     "parse_quantity", "parse_review", "pod_from_inputs", "pod_inputs", "review_response", "select_policy",

@@ -20,6 +20,9 @@ ANN_PRESET = ANNOTATION_PREFIX + "preset"
 ANN_MODEL_SIZE = ANNOTATION_PREFIX + "model-size"
 ANN_MODEL_DTYPE = ANNOTATION_PREFIX + "model-dtype"
 ANN_GPU_TYPE = ANNOTATION_PREFIX + "gpu-type"
+# The model a Pod serves when its command does not name it (KubeRay, KServe storageUri, custom images):
+# a catalog name or a Hugging Face id.
+ANN_MODEL = ANNOTATION_PREFIX + "model"
 # Annotations the engine writes, so a reader of the Pod sees why it looks the way it does.
 ANN_APPLIED_PRESET = ANNOTATION_PREFIX + "applied-preset"
 ANN_APPLIED_POLICY = ANNOTATION_PREFIX + "applied-policy"

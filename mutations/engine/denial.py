@@ -12,6 +12,7 @@ RULES = {
     "policy.allowed_presets": "the namespace policy's allowed presets (allowed_presets)",
     "policy.deny_privileged": "the namespace policy's ban on GPU Pods that reach every GPU (deny_privileged)",
     "policy.default_preset": "a default preset to size GPU Pods that name none (default_preset)",
+    "policy.unknown_model": "the namespace policy's choice for serving Pods whose model is not known (unknown_model)",
     "preset.unknown": "the preset named must exist",
     "preset.disabled": "the preset named must be enabled",
     "annotation.value": "an annotation's value must be one volcano-injector accepts",

@@ -1,17 +1,26 @@
 """Sizing a GPU Pod from the model its inference server serves: the catalog entry, or the size in its name.
 
 `serving_size` reads the first server in spec.containers (serving.py), finds its model in the
-catalog, estimates the memory per card (memory.py), refuses what cannot start on the card, and
-says how the grant adds up. The arithmetic and a worked example: docs/sizing.md.
+catalog, estimates the memory per card (memory.py), refuses what cannot start on the card or on the GPUs
+of its Pod or serving group (groups.py), and says how the grant adds up. A serving Pod whose command
+names no model is read from elsewhere or said to be unknown (model_source.py). The arithmetic and a
+worked example: docs/sizing.md.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from dataclasses import dataclass, replace
 
+from .annotations import ANN_MODEL
 from .denial import Denial
+from .groups import (
+    ServingGroup,
+    gpus_fix,
+    group_count_check,
+    lws_group_read,
+    serving_group,
+)
 from .memory import (
     DTYPE_BYTES,
     GGUF_BITS,
@@ -24,9 +33,19 @@ from .memory import (
     size_from_name,
     weight_bytes_per_param,
 )
-from .pod import Container, resource_map
-from .serving import LLAMA_CPP, ServingCommand, serving_command_read
-from .specs import GPU_RESOURCE, GpuModelSpec, JsonObject
+from .model_source import (
+    NO_POD,
+    ServingPod,
+    kserve_model,
+    kserve_predictor,
+    model_named,
+    unknown_model_said,
+    unread_reason,
+)
+from .pod import Container
+from .serving import LLAMA_CPP, VLLM, Launch, ServingCommand, container_launch_read
+from .serving_memo import container_gpus, serving_memo_key
+from .specs import GPU_RESOURCE, GpuModelSpec, JsonObject, UnknownModel
 
 # Name suffixes of quantized checkpoints -> weight type (DTYPE_BYTES), longest first.
 _NAME_QUANT = (
@@ -48,13 +67,12 @@ _FLAG_QUANT = {
     "gguf": None, "modelopt_fp4": "nvfp4",
 }
 TP_CHOICES = (1, 2, 4, 8, 16)
-
-
 @dataclass(frozen=True)
 class ServingSizing:
-    """The memory per vGPU the serving command needs, the text that decided it, and its breakdown."""
+    """The memory per vGPU the serving command needs, the text that decided it, and its breakdown.
+    `memory_mib` None: the Pod serves a model that could not be read; `source` says why (the default sizes it)."""
 
-    memory_mib: int
+    memory_mib: int | None
     source: str
     container: str
     explanation: JsonObject
@@ -102,27 +120,14 @@ def weight_type_of(command: ServingCommand, model_name: str) -> str | None:
     return None
 
 
-def _gpu_count(container: Container) -> int | None:
-    """A whole GPU count asked for (limits first); None for a fraction or an unreadable value."""
-    for part in ("limits", "requests"):
-        value = resource_map(container, part).get(GPU_RESOURCE)
-        if value is None:
-            continue
-        try:
-            count = Decimal(str(value).strip())
-        except InvalidOperation:
-            return None
-        return int(count) if count == count.to_integral_value() and count >= 1 else None
-    return None
-
-
 def serving_size(*, containers: list[Container], language_models: dict[str, LanguageModelSpec],
-                 card: GpuModelSpec | None, sequences: int, warnings: list[str]) -> ServingSizing | None:
+                 card: GpuModelSpec | None, sequences: int, warnings: list[str],
+                 pod: ServingPod = NO_POD) -> ServingSizing | None:
     """The size from the first GPU container's inference server; None when no container runs one we read."""
     for container in containers:
         if container.init:
             continue  # init containers download or check; they serve nothing
-        key = _memo_key(container, card, sequences)
+        key = serving_memo_key(container, card, sequences, pod)
         remembered = _MEMO.get(key) if key is not None else None
         if remembered is not None and remembered[0] is language_models:
             _, sizing, earlier, said = remembered
@@ -132,7 +137,7 @@ def serving_size(*, containers: list[Container], language_models: dict[str, Lang
             if sizing is _NOT_A_SERVER:
                 continue
             return sizing if isinstance(sizing, ServingSizing) else None
-        found, denial, notes = _size_container(container, language_models, card, sequences)
+        found, denial, notes = _size_container(container, language_models, card, sequences, pod)
         if key is not None:
             if len(_MEMO) >= MEMO_ENTRIES:
                 _MEMO.clear()
@@ -147,64 +152,93 @@ def serving_size(*, containers: list[Container], language_models: dict[str, Lang
 
 
 # The replicas of a Deployment share one template: the same container, the same answer. Remembered per
-# container (what the parser reads of it), GPU count, card and sequences, for the catalog object it was
+# container (serving_memo.serving_memo_key: what the parser reads of it, GPU count, card, sequences, the Pod's
+# pin and policy), for the catalog object it was
 # computed with; a new catalog (any configuration change) misses. Bounded; cleared when full.
 MEMO_ENTRIES = 1024
 _NOT_A_SERVER = object()
 _MEMO: dict[tuple[object, ...], tuple[object, object, Denial | None, tuple[str, ...]]] = {}
 
 
-def _memo_key(container: Container, card: GpuModelSpec | None, sequences: int) -> tuple[object, ...] | None:
-    body = container.body
-    try:
-        env = body.get("env")
-        env_key = tuple((e.get("name"), e.get("value")) for e in env if isinstance(e, dict)) if env else ()
-        command, args = body.get("command"), body.get("args")
-        key = (container.path, container.name, body.get("image"), tuple(command) if command else (),
-               tuple(args) if args else (), env_key, _gpu_count(container), card, sequences)
-        hash(key)
-    except (TypeError, AttributeError):  # a value of another shape where a string belongs: not remembered
-        return None
-    return key
-
-
 def _size_container(container: Container, language_models: dict[str, LanguageModelSpec], card: GpuModelSpec | None,
-                    sequences: int) -> tuple[object, Denial | None, list[str]]:
+                    sequences: int, pod: ServingPod) -> tuple[object, Denial | None, list[str]]:
     """(ServingSizing, None when the server's model is not sized, or _NOT_A_SERVER; the denial; the warnings)."""
     said: list[str] = []
-    command = serving_command_read(container.body)
-    if command is None:
+    launch = container_launch_read(container.body, pod.metadata)
+    lws = lws_group_read(pod.metadata, container.body) if pod.metadata else None
+    command = launch.server
+    if command is None and not _serves_unread(container, launch, lws, pod):
         return _NOT_A_SERVER, None, said
-    gpus = _gpu_count(container)
+    gpus = container_gpus(container)
     if gpus is None:
         return None, None, said
     try:
-        return _size(container, command, gpus, language_models, card, sequences, said), None, said
+        if command is None:
+            return _size_unread(container, launch, lws, gpus, language_models, card, sequences, pod, said), None, said
+        return _size(container, command, gpus, language_models, card, sequences, said,
+                     pod=pod, group=serving_group(command, lws)), None, said
     except Denial as denial:
         return None, denial, said
 
 
+def _serves_unread(container: Container, launch: Launch, lws: ServingGroup | None, pod: ServingPod) -> bool:
+    """Whether a container that runs no server this reads still serves a model: a Ray node, a member of a
+    serving group, a KServe predictor, or a Pod that pins its model."""
+    return (launch.ray is not None or lws is not None or pod.leader is not None or pod.pinned_model is not None
+            or kserve_predictor(container, pod.metadata))
+
+
+def _size_unread(container: Container, launch: Launch, lws: ServingGroup | None, gpus: int,
+                 language_models: dict[str, LanguageModelSpec], card: GpuModelSpec | None, sequences: int,
+                 pod: ServingPod, warnings: list[str]) -> ServingSizing | None:
+    """A GPU container that serves a model its command does not name: the leader's grant (a group's worker),
+    the pinned model, or what KServe put on the Pod; else the namespace default, said and audited."""
+    who = f"container {container.name!r}"
+    group = lws
+    leader = pod.leader
+    if leader is not None and leader.vgpu_memory_mib is not None:
+        where = group.describe() if group else "serving group"
+        warnings.append(f"{who}: a worker of a {where}: runs no server; given its leader {leader.pod}'s "
+                        f"{leader.vgpu_memory_mib:,} MiB per vGPU (the same share of the model per card)")
+        explanation = {"engine": None, "model": None, "matched": None, "method": f"leader {leader.pod}'s grant",
+                       "leader": leader.pod, "leader_source": leader.source, "per_card_mib": leader.vgpu_memory_mib,
+                       "group": group.as_dict() if group else None}
+        return ServingSizing(leader.vgpu_memory_mib, f"serving group: leader {leader.pod}'s grant", container.name,
+                             explanation)
+    model = pod.pinned_model or kserve_model(container, pod.metadata)
+    if model is not None:
+        # The server's own command is elsewhere (Ray Serve config, the image): vLLM with the model split over
+        # every GPU of the Pod, or of its group.
+        width = gpus * (group.size if group else 1)
+        command = ServingCommand(engine=VLLM, model=model, tensor_parallel=width)
+        return _size(container, command, gpus, language_models, card, sequences, warnings, pod=pod, group=group,
+                     assumed=f"tensor parallel over the {'group' if group else 'Pod'}'s {width} GPU(s) assumed")
+    why = unread_reason(launch, group, leader, container, pod)
+    return _unknown(container, why, pod, warnings)
+
+
+def _unknown(container: Container, why: str, pod: ServingPod, warnings: list[str]) -> ServingSizing:
+    """A serving container whose model is not known: the namespace default sizes it, and says so (or a denial)."""
+    return ServingSizing(None, "model not read", container.name, unknown_model_said(container, why, pod, warnings))
+
+
 def _size(container: Container, command: ServingCommand, gpus: int, language_models: dict[str, LanguageModelSpec],
-          card: GpuModelSpec | None, sequences: int, warnings: list[str]) -> ServingSizing | None:
+          card: GpuModelSpec | None, sequences: int, warnings: list[str], *, pod: ServingPod = NO_POD,
+          group: ServingGroup | None = None, assumed: str = "") -> ServingSizing | None:
     who = f"container {container.name!r}"
     if command.unreadable:
         warnings.append(f"{who}: could not read {', '.join(command.unreadable)} on the {command.engine} command line; "
                         "the engine's default was assumed")
-    if not command.model:
-        warnings.append(f"{who}: runs {command.engine} but names no model the webhook can read; "
-                        "sized by the namespace default")
-        return None
+    name, read_from = model_named(command, container, pod)
+    if not name:
+        return _unknown(container, f"{command.engine} names no model the webhook can read", pod, warnings)
+    if name != command.model:
+        command = replace(command, model=name)
+    if read_from:
+        assumed = f"model from {read_from}" + (f"; {assumed}" if assumed else "")
+    assert command.model is not None
     parallel = command.parallel
-    field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
-    if parallel > gpus:
-        raise Denial(field, (
-            f"{who} runs {command.engine} over {parallel} GPUs (tensor parallel {command.tensor_parallel or 1} x "
-            f"pipeline parallel {command.pipeline_parallel or 1}) but asks for {gpus} {GPU_RESOURCE}: the server "
-            f"sees only the vGPUs it is given and would fail at start; ask for {GPU_RESOURCE}: {parallel}, or lower "
-            "the parallel size"), fix=f"ask for {GPU_RESOURCE}: {parallel}, or lower the parallel size")
-    if parallel < gpus:
-        warnings.append(f"{who} asks for {gpus} GPUs but {command.engine} uses {parallel} "
-                        f"(--tensor-parallel-size x pipeline); each vGPU is sized for the {parallel}-way split")
+    group_count_check(container, command, gpus, group, warnings)
     model = language_models.get(model_key(command.model))
     weight_type = weight_type_of(command, command.model)
     knobs = Knobs(engine=command.engine, tp=command.tensor_parallel or 1, pp=command.pipeline_parallel or 1,
@@ -217,11 +251,16 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         need = catalog_need(model, knobs)
         how = _catalog_method(model.name)
     else:
+        if pod.unknown_model is UnknownModel.DENY:
+            _unknown(container, f"{command.model} is not in the model catalog", pod, warnings)
         size = size_from_name(command.model)
         if size is None:
             warnings.append(f"{who}: {served}: the model is not in the catalog and its name states no size; "
-                            "sized by the namespace default (add it to the model catalog, /api/v1/models/)")
-            return None
+                            "sized by the namespace default (add it to the model catalog, /api/v1/models/, or set "
+                            f"{ANN_MODEL} to a catalog name)")
+            return ServingSizing(None, "model not in the catalog", container.name,
+                                 {"engine": command.engine, "model": command.model, "matched": None,
+                                  "method": "not in the catalog, no size in its name", "per_card_mib": None})
         per_param = weight_bytes_per_param(weight_type, "bf16")
         need = fallback_need(size[0], parallel=parallel, bytes_per_param=per_param,
                              weight_type=weight_type or "bf16", fraction=knobs.memory_fraction or 0.9)
@@ -229,18 +268,25 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         warnings.append(f"{who}: {served} is not in the model catalog: sized from the {size[1].upper()} in its name "
                         "with a conservative estimate; add the model to the catalog (/api/v1/models/) for a "
                         "grant that follows its architecture and context")
+    if assumed:
+        how = f"{how}; {assumed}"
+    field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
     if card is not None and need.per_card_mib > card.memory_mib:
-        raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel), rule="gpu.card_memory")
+        raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel, group),
+                     rule="gpu.card_memory")
     source = f"serving command: {served} ({how})"
-    warnings.append(f"{who}: {served} ({how}, {parallel} GPU(s)): {need.breakdown()}")
+    where = f", {group.size}-Pod group" if group else ""
+    warnings.append(f"{who}: {served} ({how}, {parallel} GPU(s){where}): {need.breakdown()}")
     if model is not None and need.context_dominates:
         warnings.append(_long_context_note(who, model, knobs, need))
     explanation = _explanation(command, model, need, how)
+    if group is not None:
+        explanation["group"] = group.as_dict()
     return ServingSizing(need.per_card_mib, source, container.name, explanation)
 
 
 def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, model: LanguageModelSpec | None,
-             knobs: Knobs, parallel: int) -> str:
+             knobs: Knobs, parallel: int, group: ServingGroup | None = None) -> str:
     text = (f"{who}: {served} ({how}) needs {need.per_card_mib:,} MiB per card to start ({need.breakdown()}), "
             f"more than one {card.name} has ({card.memory_mib:,} MiB)")
     fixes = []
@@ -254,8 +300,9 @@ def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, mo
             wider = fallback_need(weights_gb, parallel=tp * knobs.pp, bytes_per_param=1.0,
                                   weight_type=need.weight_type, fraction=need.fraction).per_card_mib
         if wider <= card.memory_mib:
+            ask = gpus_fix(tp * knobs.pp, group.size if group else 1, group).removeprefix("ask for ")
             fixes.append(f"tensor parallel over {tp * knobs.pp} GPUs fits ({wider:,} MiB per card): "
-                         f"--tensor-parallel-size {tp} and {GPU_RESOURCE}: {tp * knobs.pp}")
+                         f"--tensor-parallel-size {tp} and {ask}")
             break
     if model is not None and not knobs.kv_cache_memory_bytes:
         context = largest_context_fitting(model, knobs, card.memory_mib)

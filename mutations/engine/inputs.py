@@ -21,8 +21,10 @@ from .scheduling import spec_fields_written
 from .serving import SERVING_ENV_NAMES
 from .specs import ANNOTATION_PREFIX, GPU_RESOURCE, JsonObject
 
-# Annotation and label keys the engine reads start so (its own, Volcano's, NVIDIA's, PodGroups').
-READ_PREFIXES = (ANNOTATION_PREFIX, "nvidia.com/", "volcano.sh/", "scheduling.volcano.sh/", "scheduling.k8s.io/")
+# Annotation and label keys the engine reads start so (its own, Volcano's, NVIDIA's, PodGroups', and the serving
+# groups' and KServe's that sizing from the serving command reads: engine/groups.py, engine/inference.py).
+READ_PREFIXES = (ANNOTATION_PREFIX, "nvidia.com/", "volcano.sh/", "scheduling.volcano.sh/", "scheduling.k8s.io/",
+                 "leaderworkerset.sigs.k8s.io/", "internal.serving.kserve.io/", "serving.kserve.io/")
 SPEC_FIELDS = ("schedulerName", "priorityClassName", "priority", "preemptionPolicy")
 WRITTEN_FIELDS = frozenset({"priorityClassName", "priority", "preemptionPolicy"})
 NVIDIA_VARIABLES = frozenset({"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"})

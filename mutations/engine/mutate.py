@@ -142,7 +142,8 @@ class _Mutation:
         if to_convert:
             try:
                 sizing = sizing_decide(annotations=self.annotations, policy=self.policy, catalog=self.catalog,
-                                       warnings=self.warnings, containers=to_convert)
+                                       warnings=self.warnings, containers=to_convert,
+                                       metadata=self.pod.get("metadata") or {}, group_leader=self.ctx.group_leader)
                 for container in to_convert:
                     self._convert(container, sizing)
             except Denial as denial:  # the user learns every rule the Pod breaks at once, not one per try

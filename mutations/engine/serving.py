@@ -1,31 +1,23 @@
 """Reading an inference server's command line: which engine, which model, and the knobs its memory depends on.
 
-Pure parsing of a container's `command`, `args` (also inside `sh -c "..."`) and `env`, for vLLM,
-SGLang, Text Generation Inference, llama.cpp's server and KServe's Hugging Face runtime. It runs
-once per GPU Pod on the admission path, so it only splits strings: no regex over the whole Pod,
-no I/O. What the flags mean and where they come from: docs/sizing.md.
+Pure parsing of a container's `command`, `args` and `env`, for vLLM, SGLang, Text Generation
+Inference, llama.cpp's server and KServe's Hugging Face runtime. A shell script (`sh -c`, `bash -lc --`
+with the script in args) is split with shlex into its commands, and the server is the first command
+that names one (`pip install x && ray start --head && vllm serve ...`). It runs once per GPU Pod on the
+admission path, so it only splits strings: no I/O. What the flags mean and where they come from: docs/sizing.md.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
+from .commands import commands_read, env_values, ray_role
 from .specs import JsonObject
 
 VLLM, SGLANG, TGI, LLAMA_CPP, KSERVE = "vllm", "sglang", "tgi", "llama.cpp", "kserve-huggingface"
 
-# Shells whose `-c` script is read as the command line.
-_SHELLS = {"sh", "bash", "dash", "ash", "zsh"}
-# Words that may stand before the server in a script or command: wrappers that run what follows.
-_WRAPPERS = {"exec", "env", "nohup", "time", "tini", "--", "dumb-init", "uv", "run"}
 _PYTHON = re.compile(r"^python[0-9.]*$")
-# Long command lines are cut: a server's flags fit in far less.
-MAX_COMMAND_CHARS = 16384
-# Kubernetes expands $(NAME) in command and args from the container's env; shells expand $NAME, ${NAME}.
-_KUBE_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-_SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @dataclass(frozen=True)
@@ -44,6 +36,13 @@ class ServingCommand:
     kv_cache_dtype: str | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    # Serving over several Pods: nodes (--nnodes), this node's rank, data parallel replicas in all and on this node.
+    nnodes: int | None = None
+    node_rank: int | None = None
+    data_parallel: int | None = None
+    data_parallel_local: int | None = None
+    # SGLang's --enable-dp-attention: the data parallel ranks share the tensor parallel GPUs.
+    dp_attention: bool = False
     # Flags whose value could not be read, as "--flag=value": reported, never guessed at.
     unreadable: tuple[str, ...] = ()
 
@@ -51,6 +50,12 @@ class ServingCommand:
     def parallel(self) -> int:
         """GPUs one replica of the server spans: tensor x pipeline parallel."""
         return (self.tensor_parallel or 1) * (self.pipeline_parallel or 1)
+
+    @property
+    def world(self) -> int:
+        """GPUs the whole server spans, over every Pod of its group: tensor x pipeline x data parallel."""
+        data = 1 if self.dp_attention else (self.data_parallel or 1)
+        return self.parallel * data
 
 
 # Flag name (dashes, no leading --) -> field, per engine. vLLM and SGLang accept _ for - as well.
@@ -63,6 +68,9 @@ _VLLM_FLAGS = {
     "dtype": "dtype", "quantization": "quantization", "q": "quantization",
     "kv-cache-dtype": "kv_cache_dtype", "max-num-seqs": "max_num_seqs",
     "max-num-batched-tokens": "max_num_batched_tokens",
+    "data-parallel-size": "data_parallel", "dp": "data_parallel",
+    "data-parallel-size-local": "data_parallel_local", "dpl": "data_parallel_local",
+    "nnodes": "nnodes", "node-rank": "node_rank",
 }
 _SGLANG_FLAGS = {
     "model-path": "model", "model": "model", "tp": "tensor_parallel", "tp-size": "tensor_parallel",
@@ -71,6 +79,8 @@ _SGLANG_FLAGS = {
     "mem-fraction-static": "memory_fraction", "dtype": "dtype", "quantization": "quantization",
     "kv-cache-dtype": "kv_cache_dtype", "max-running-requests": "max_num_seqs",
     "chunked-prefill-size": "max_num_batched_tokens",
+    "nnodes": "nnodes", "node-rank": "node_rank", "dp": "data_parallel", "dp-size": "data_parallel",
+    "data-parallel-size": "data_parallel", "enable-dp-attention": "dp_attention",
 }
 _TGI_FLAGS = {
     "model-id": "model", "num-shard": "tensor_parallel", "max-total-tokens": "max_model_len",
@@ -96,65 +106,59 @@ _KSERVE_FLAGS = {**_VLLM_FLAGS, "model-id": "model"}  # --model_dir is a local p
 _FLAGS = {VLLM: _VLLM_FLAGS, SGLANG: _SGLANG_FLAGS, TGI: _TGI_FLAGS, LLAMA_CPP: _LLAMA_FLAGS, KSERVE: _KSERVE_FLAGS}
 _ENV = {TGI: _TGI_ENV, LLAMA_CPP: _LLAMA_ENV, KSERVE: {"MODEL_ID": "model"}, VLLM: {}, SGLANG: {}}
 # Every environment variable a server's settings are read from (what an audit row keeps: engine/inputs.py).
-SERVING_ENV_NAMES = frozenset(name for names in _ENV.values() for name in names)
+# (and those sizing reads beside the server's: KServe's storageUri, a LeaderWorkerSet's group size).
+SERVING_ENV_NAMES = frozenset(name for names in _ENV.values() for name in names) | {"STORAGE_URI", "LWS_GROUP_SIZE"}
 # Flags that take no value (so the next word is not theirs): only those that sit before a model name matter.
 _SWITCHES = {"trust-remote-code", "enforce-eager", "enable-prefix-caching", "no-enable-prefix-caching",
              "disable-log-requests", "enable-chunked-prefill", "disable-log-stats", "enable-auto-tool-choice",
              "cont-batching", "flash-attn", "fa", "embedding", "embeddings", "jinja", "verbose", "v", "no-webui",
              "enable-lora", "disable-custom-all-reduce", "sharded", "disable-custom-kernels", "json-output",
-             "enable-reasoning", "async-scheduling", "cpu-offload-gb-auto", "no-mmap", "mlock", "metrics"}
+             "enable-reasoning", "async-scheduling", "cpu-offload-gb-auto", "no-mmap", "mlock", "metrics",
+             "enable-dp-attention", "headless"}
 _INT_FIELDS = {"tensor_parallel", "pipeline_parallel", "max_model_len", "kv_cache_memory_bytes", "max_num_seqs",
-               "max_num_batched_tokens"}
+               "max_num_batched_tokens", "nnodes", "node_rank", "data_parallel", "data_parallel_local"}
+_BOOL_FIELDS = {"dp_attention"}
 _FLOAT_FIELDS = {"memory_fraction"}
 _SIZE_SUFFIX = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)(i?[bB]?)\s*$")
 _SIZE_FACTOR = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
-def serving_command_read(container: JsonObject) -> ServingCommand | None:
-    """The inference server a container runs and its memory flags; None when it runs none this reads."""
-    env = _env_literal(container.get("env"))
-    words = _command_words(container, env)
+@dataclass(frozen=True)
+class Launch:
+    """What a container starts: the inference server (None: none this reads) and its part in a Ray cluster."""
+
+    server: ServingCommand | None
+    # "head" for `ray start --head`, "worker" for `ray start --address ...`; None when it starts no Ray node.
+    ray: str | None = None
+
+
+def serving_command_read(container: JsonObject, metadata: JsonObject | None = None) -> ServingCommand | None:
+    """The inference server a container runs and its memory flags; None when it runs none this reads.
+    `metadata`: the Pod's, for env values taken from it (valueFrom.fieldRef)."""
+    return container_launch_read(container, metadata).server
+
+
+def container_launch_read(container: JsonObject, metadata: JsonObject | None = None) -> Launch:
+    """The server a container's command (or a script in it) starts, and whether it starts a Ray node."""
+    env = env_values(container.get("env"), metadata)
+    commands, scripted = commands_read(container, env)
     image = str(container.get("image") or "").lower()
-    found = _find_server(words, image)
-    if found is None:
-        return None
-    engine, rest = found
-    values: dict[str, str] = {}
-    env_fields = _ENV[engine]
-    for name, field in env_fields.items():
-        if name in env:
-            values.setdefault(field, env[name])
+    ray: str | None = None
+    for words in commands:
+        found = _find_server(words, image)
+        if found is None:
+            ray = ray or ray_role(words)
+            continue
+        return Launch(_server(env, *found), ray)
+    # An image whose entrypoint is the server takes the container's words as its arguments (not a script's).
+    found = None if scripted or ray else _find_image_server(commands[0], image)
+    return Launch(_server(env, *found) if found else None, ray)
+
+
+def _server(env: dict[str, str], engine: str, rest: list[str]) -> ServingCommand:
+    values = {field: env[name] for name, field in _ENV[engine].items() if name in env}
     values.update(_flag_values(engine, rest))
     return _typed(engine, values)
-
-
-def _env_literal(env: object) -> dict[str, str]:
-    """The container's env vars that have a literal value (valueFrom cannot be known at admission)."""
-    found: dict[str, str] = {}
-    if isinstance(env, list):
-        for item in env:
-            if isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("value"), str):
-                found[item["name"]] = item["value"]
-    return found
-
-
-def _command_words(container: JsonObject, env: dict[str, str]) -> list[str]:
-    """command + args as words, $(VAR) expanded as the kubelet does; a shell's -c script split into words."""
-    words: list[str] = []
-    for key in ("command", "args"):
-        value = container.get(key)
-        if isinstance(value, list):
-            words.extend(_KUBE_VAR.sub(lambda m: env.get(m[1], m[0]), item)[:MAX_COMMAND_CHARS]
-                         for item in value if isinstance(item, str))
-    if words and words[0].rsplit("/", 1)[-1] in _SHELLS:
-        script = next((words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("-") and "c" in w), None)
-        if script is not None:
-            script = _SHELL_VAR.sub(lambda m: env.get(m[1] or m[2], m[0]), script)
-            try:
-                words = shlex.split(script, comments=True)
-            except ValueError:  # unbalanced quotes: read it word by word anyway
-                words = script.split()
-    return words
 
 
 def _find_server(words: list[str], image: str) -> tuple[str, list[str]] | None:
@@ -180,8 +184,11 @@ def _find_server(words: list[str], image: str) -> tuple[str, list[str]] | None:
             return TGI, rest
         if base in ("llama-server", "llama-cli") or (base == "server" and "llama" in image):
             return LLAMA_CPP, rest
-    if words and any(w in (";", "&&", "||", "|") for w in words):
-        return None  # a script that starts no known server
+    return None
+
+
+def _find_image_server(words: list[str], image: str) -> tuple[str, list[str]] | None:
+    """(engine, its arguments) for an image whose entrypoint is the server, the container's words its arguments."""
     # Images whose entrypoint is the server: the words are its arguments.
     if "vllm-openai" in image or image.startswith(("vllm/vllm", "docker.io/vllm/")):
         return VLLM, words[1:] if words[:1] == ["serve"] else words
@@ -224,6 +231,9 @@ def _flag_values(engine: str, words: list[str]) -> dict[str, str]:
         name, has_value, value = word.lstrip("-").partition("=")
         key = name if engine in (TGI, LLAMA_CPP) else name.replace("_", "-")
         if not has_value:
+            if key in _SWITCHES and table.get(key) in _BOOL_FIELDS:
+                values[table[key]] = "true"
+                continue
             if key in _SWITCHES or index >= len(words) or (words[index].startswith("--") and key not in table):
                 continue
             value = words[index]
@@ -252,11 +262,14 @@ def _typed(engine: str, values: dict[str, str]) -> ServingCommand:
                 typed[field] = _size_int(raw) if field == "kv_cache_memory_bytes" else int(raw)
             elif field in _FLOAT_FIELDS:
                 typed[field] = float(raw)
+            elif field in _BOOL_FIELDS:
+                typed[field] = raw.lower() in ("true", "1", "yes", "")
             else:
                 typed[field] = raw.lower() if field != "model" else raw
         except ValueError:
             unreadable.append(f"{field}={raw[:40]}")
-    for field in ("tensor_parallel", "pipeline_parallel", "max_num_seqs", "max_num_batched_tokens"):
+    for field in ("tensor_parallel", "pipeline_parallel", "max_num_seqs", "max_num_batched_tokens", "nnodes",
+                  "data_parallel", "data_parallel_local"):
         value = typed.get(field)
         if isinstance(value, int) and not 1 <= value <= 4096:
             unreadable.append(f"{field}={value}")
@@ -265,6 +278,10 @@ def _typed(engine: str, values: dict[str, str]) -> ServingCommand:
     if isinstance(fraction, float) and not 0 < fraction <= 1:
         unreadable.append(f"memory_fraction={fraction}")
         del typed["memory_fraction"]
+    rank = typed.get("node_rank")
+    if isinstance(rank, int) and not 0 <= rank < 4096:
+        unreadable.append(f"node_rank={rank}")
+        del typed["node_rank"]
     context = typed.get("max_model_len")
     if isinstance(context, int) and context <= 0:
         del typed["max_model_len"]  # llama.cpp's -c 0: the model's own context

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .annotations import (
     ANN_GPU_TYPE,
+    ANN_MODEL,
     ANN_MODEL_DTYPE,
     ANN_MODEL_SIZE,
     ANN_PRESET,
@@ -30,8 +31,9 @@ from .annotations import (
 )
 from .denial import Denial
 from .inference import serving_size
+from .model_source import ServingPod
 from .pod import Container
-from .specs import Catalog, GpuModelSpec, JsonObject, PolicySpec, PresetSpec, ResourceDefaults
+from .specs import Catalog, GpuModelSpec, GroupLeader, JsonObject, PolicySpec, PresetSpec, ResourceDefaults
 
 # Bytes per parameter by weight dtype (the GPUStack estimate: README, "Sizing GPU memory for a model").
 DTYPE_BYTES = {
@@ -71,15 +73,19 @@ def estimate_model_vram_mib(size_b: float, bytes_per_parameter: float, gpus: int
 
 
 def sizing_decide(*, annotations: JsonObject, policy: PolicySpec, catalog: Catalog, warnings: list[str],
-                  containers: Sequence[Container] = ()) -> Sizing:
+                  containers: Sequence[Container] = (), metadata: JsonObject | None = None,
+                  group_leader: GroupLeader | None = None) -> Sizing:
     """The size every converted container of the Pod gets; appends what the user should know to `warnings`.
-    `containers`: the ones asking for GPUs (their count and serving command take part in the size)."""
-    return _Decider(annotations, policy, catalog, warnings, list(containers)).decide()
+    `containers`: the ones asking for GPUs (their count and serving command take part in the size); `metadata`:
+    the Pod's (serving groups, env from fieldRef); `group_leader`: a serving group worker's leader grant."""
+    return _Decider(annotations, policy, catalog, warnings, list(containers), metadata or {}, group_leader).decide()
 
 
 class _Decider:
     def __init__(self, annotations: JsonObject, policy: PolicySpec, catalog: Catalog, warnings: list[str],
-                 containers: list[Container]):
+                 containers: list[Container], metadata: JsonObject, group_leader: GroupLeader | None):
+        self.metadata = metadata
+        self.group_leader = group_leader
         self.annotations = annotations
         self.policy = policy
         self.catalog = catalog
@@ -107,9 +113,11 @@ class _Decider:
                                    card=card or self._default_card(),
                                    sequences=(preset.kv_cache_sequences if preset else None)
                                    or self.policy.kv_cache_sequences,
-                                   warnings=self.warnings)
-            if serving is not None:
+                                   warnings=self.warnings, pod=self._serving_pod())
+            if serving is not None and serving.memory_mib is not None:
                 memory_mib, source = serving.memory_mib, serving.source
+            elif serving is not None:  # a serving Pod whose model is not known: the default sizes it, and says so
+                source = f"{source}; {serving.source}"
         if explicit_memory is not None:
             memory_mib = vgpu_memory_parse(explicit_memory)
             source = f"annotation {ANN_VGPU_MEMORY}"
@@ -142,6 +150,10 @@ class _Decider:
             resources = resources.overlaid_by(preset.resources)
         return Sizing(preset, source, memory_mib, cores, card, resources,
                       serving.container if serving else None, serving.explanation if serving else None)
+
+    def _serving_pod(self) -> ServingPod:
+        return ServingPod(metadata=self.metadata, pinned_model=self._annotation(ANN_MODEL), leader=self.group_leader,
+                          unknown_model=self.policy.unknown_model, policy=self.policy.namespace)
 
     def _pod_gpus(self) -> int:
         """The GPUs the Pod's server spans: the largest whole count one of its containers asks for."""

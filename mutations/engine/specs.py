@@ -36,6 +36,13 @@ class SchedulerScope(str, enum.Enum):
     ALL_PODS = "all-pods"
 
 
+class UnknownModel(str, enum.Enum):
+    """What a namespace does with a serving Pod whose model is not in the catalog or cannot be read."""
+
+    WARN = "warn"  # admit it, sized by the name's estimate or the namespace default, with a warning
+    DENY = "deny"  # refuse it until the model is pinned (volcano-injector.io/model) or sized by hand
+
+
 class Decision(str, enum.Enum):
     MUTATED = "mutated"
     UNCHANGED = "unchanged"
@@ -139,6 +146,8 @@ class PolicySpec:
     # sequences the KV cache must hold (1: the least the server starts with).
     infer_from_serving: bool = True
     kv_cache_sequences: int = 1
+    # A serving Pod whose model is not in the catalog, or cannot be read at all: admitted with a warning, or denied.
+    unknown_model: UnknownModel = UnknownModel.WARN
 
     @property
     def is_pattern(self) -> bool:
@@ -212,12 +221,28 @@ class Catalog:
 
 
 @dataclass(frozen=True)
+class GroupLeader:
+    """The leader Pod of the serving group a worker Pod belongs to, as the webhook read it (plain data).
+
+    A LeaderWorkerSet worker that runs no server (`ray start --address`) holds the same share of the
+    model per card as its leader, so it gets the leader's memory per vGPU.
+    """
+
+    pod: str
+    # The leader's memory per vGPU (its applied-vgpu-memory-mib); None when it was not found or has none.
+    vgpu_memory_mib: int | None
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class MutationContext:
     """What the engine needs besides the Pod."""
 
     namespace: str
     policy: PolicySpec
     catalog: Catalog
+    # For a serving group's worker Pod (groups.group_leader_wanted): its leader's grant; None for any other Pod.
+    group_leader: GroupLeader | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from profiles.catalog import catalog_current
 from ..engine import (
     Catalog,
     Decision,
+    GroupLeader,
     JsonObject,
     MutationContext,
     MutationResult,
@@ -36,11 +37,13 @@ class Preview:
 
 
 def pod_preview(*, pod: JsonObject, namespace: str, catalog: Catalog | None = None,
-                policy: PolicySpec | None = None) -> Preview:
-    """Run the engine on a Pod as /mutate would, without answering or auditing anything."""
+                policy: PolicySpec | None = None, group_leader: GroupLeader | None = None) -> Preview:
+    """Run the engine on a Pod as /mutate would, without answering or auditing anything. `group_leader`: a
+    serving group worker's leader grant, as /mutate reads it (mutations/webhook/groups.py)."""
     catalog = catalog or catalog_current()
     policy = policy or select_policy(catalog.policies, namespace)
-    result = mutate_pod(pod, MutationContext(namespace=namespace, policy=policy, catalog=catalog))
+    result = mutate_pod(pod, MutationContext(namespace=namespace, policy=policy, catalog=catalog,
+                                             group_leader=group_leader))
     patch = make_patch(pod, result.pod) if result.decision in (Decision.MUTATED, Decision.AUDIT_ONLY) else []
     return Preview(namespace=namespace, result=result, patch=patch, policy=policy, config_version=catalog.version)
 

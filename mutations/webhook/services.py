@@ -11,6 +11,7 @@ from ..audit import audit_record_submit
 from ..engine import Decision, JsonObject, admission
 from ..metrics import ADMISSION_FAILURES, admission_observe
 from .decide import Preview, pod_preview
+from .groups import group_leader_for
 from .record import audit_record_build, pod_metadata, text_cut
 
 logger = logging.getLogger("volcano_injector.admission")
@@ -87,7 +88,7 @@ def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | 
     pod = request.object
     assert isinstance(pod, dict), "parse_review refuses a Pod CREATE without the Pod"
     namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
-    preview = pod_preview(pod=pod, namespace=namespace)
+    preview = pod_preview(pod=pod, namespace=namespace, group_leader=group_leader_for(pod=pod, namespace=namespace))
     result = preview.result
     if result.decision is Decision.DENIED:
         response = admission.review_response(

@@ -193,7 +193,7 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
     form = NamespacePolicyForm
     list_display = ["namespace", "kind", "mode", "default_preset", "allowed", "max_vgpus_per_pod", "max_memory",
                     "scheduler_name", "scheduler_scope", "queues", "priority_class", "budget", "deny_privileged"]
-    list_filter = ["mode", "scheduler_scope", "deny_privileged", "default_preset"]
+    list_filter = ["mode", "scheduler_scope", "deny_privileged", "unknown_model", "default_preset"]
     search_fields = ["namespace", "description"]
     ordering = ["namespace"]
     filter_horizontal = ["allowed_presets"]
@@ -207,7 +207,7 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
         ("Limits", {"fields": ["max_vgpus_per_pod", "max_vgpu_memory_mib", "deny_privileged"]}),
         ("Scheduler", {"fields": ["scheduler_name", "scheduler_scope"]}),
         ("Sizing from the serving command", {
-            "fields": ["infer_from_serving", "kv_cache_sequences"],
+            "fields": ["infer_from_serving", "kv_cache_sequences", "unknown_model"],
             "description": "GPU Pods that name no size are sized from their inference server's command line and the "
                            "model catalog (docs/sizing.md).",
         }),

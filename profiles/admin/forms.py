@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django import forms
 
+from mutations.engine import UnknownModel
+
 from ..models import GpuModel, NamespacePolicy, Preset
 from ..services import (
     PodDocumentError,
@@ -104,6 +106,12 @@ class NamespacePolicyForm(forms.ModelForm):
         default=1, min_value=1, max_value=256, label="KV cache sequences",
         help_text=NamespacePolicy._meta.get_field("kv_cache_sequences").help_text,
     )
+    # Left out of a form (an older client, a script posting the fields it knows): the model's default, warn.
+    unknown_model = forms.TypedChoiceField(
+        choices=[(u.value, u.value) for u in UnknownModel], required=False, empty_value=UnknownModel.WARN.value,
+        initial=UnknownModel.WARN.value, label="Unknown model",
+        help_text=NamespacePolicy._meta.get_field("unknown_model").help_text,
+    )
 
     class Meta:
         model = NamespacePolicy
@@ -112,7 +120,7 @@ class NamespacePolicyForm(forms.ModelForm):
             "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope", "cpu_request", "cpu_limit",
             "memory_request", "memory_limit", "deny_privileged", "default_queue", "allowed_queues",
             "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number", "infer_from_serving",
-            "kv_cache_sequences",
+            "kv_cache_sequences", "unknown_model",
         ]
 
     def _post_clean(self):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import Q
 
-from mutations.engine import Mode, SchedulerScope
+from mutations.engine import Mode, SchedulerScope, UnknownModel
 
 from ..models import GpuModel, NamespacePolicy, Preset
 from ..selectors import namespace_policy_applying
@@ -47,6 +47,7 @@ class NamespacePolicyFilter(django_filters.FilterSet):
     namespace = django_filters.CharFilter(lookup_expr="exact")
     mode = django_filters.ChoiceFilter(choices=[(m.value, m.value) for m in Mode])
     scheduler_scope = django_filters.ChoiceFilter(choices=[(s.value, s.value) for s in SchedulerScope])
+    unknown_model = django_filters.ChoiceFilter(choices=[(u.value, u.value) for u in UnknownModel])
     default_preset = django_filters.CharFilter(field_name="default_preset__name", lookup_expr="exact")
     allows = django_filters.CharFilter(method="filter_allows",
                                        label="Policies in which Pods may use this preset (by name)")
@@ -55,7 +56,7 @@ class NamespacePolicyFilter(django_filters.FilterSet):
 
     class Meta:
         model = NamespacePolicy
-        fields = ["namespace", "mode", "scheduler_scope", "deny_privileged", "default_preset"]
+        fields = ["namespace", "mode", "scheduler_scope", "deny_privileged", "unknown_model", "default_preset"]
 
     def filter_allows(self, queryset, name, value):
         allowing = NamespacePolicy.allowed_presets.through.objects.filter(preset__name=value)

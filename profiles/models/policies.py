@@ -4,7 +4,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from mutations.engine import Mode, SchedulerScope
+from mutations.engine import Mode, SchedulerScope, UnknownModel
 
 from .base import TimestampedModel, kube_name_validator, namespace_pattern_validator, quantity_validator
 from .presets import Preset
@@ -78,6 +78,13 @@ class NamespacePolicy(TimestampedModel):
                   "least the server starts with; more grants room for concurrent long requests).",
     )
 
+    unknown_model = models.CharField(
+        max_length=8, choices=[(u.value, u.value) for u in UnknownModel], default=UnknownModel.WARN.value,
+        help_text="A serving Pod whose model is not in the model catalog or cannot be read (KubeRay, KServe "
+                  "storageUri, custom images): warn admits it sized by the namespace default or the name's "
+                  "estimate, with a warning; deny refuses it until volcano-injector.io/model pins the model.",
+    )
+
     class Meta:
         ordering = ["namespace"]
         verbose_name_plural = "namespace policies"
@@ -101,6 +108,11 @@ class NamespacePolicy(TimestampedModel):
                 condition=Q(scheduler_scope__in=[s.value for s in SchedulerScope]),
                 name="%(app_label)s_%(class)s_scheduler_scope_valid",
                 violation_error_message="Scheduler scope must be gpu-pods or all-pods.",
+            ),
+            models.CheckConstraint(
+                condition=Q(unknown_model__in=[u.value for u in UnknownModel]),
+                name="%(app_label)s_%(class)s_unknown_model_valid",
+                violation_error_message="Unknown model must be warn or deny.",
             ),
         ]
 

@@ -32,6 +32,7 @@ COMPONENT_COMBINATIONS = [
     ("components/monitoring", "components/unconverted-pods"),
     ("components/cloudnative-pg", "components/cloudnative-pg-backup"),
     ("components/quotas", "components/cloudnative-pg"),
+    ("components/serving-groups",),
 ]
 TRIAL_COMPONENT_COMBINATIONS = [
     ("components/quotas",),

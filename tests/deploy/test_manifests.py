@@ -34,6 +34,7 @@ BUILD_NAMES = [
     "overlays/cloudnative-pg",
     "overlays/production+cloudnative-pg+cloudnative-pg-backup",
     "overlays/production+quotas+cloudnative-pg",
+    "overlays/production+serving-groups",
 ]
 QUOTA_BUILDS = ["overlays/production+quotas", "overlays/trial+quotas", "overlays/production+quotas+cloudnative-pg"]
 QUOTA_JOB = "volcano-injector-quotas"
@@ -576,7 +577,8 @@ def test_quota_rbac_reaches_only_namespaces_and_its_own_quotas(builds, name):
 
 
 def test_builds_without_a_component_that_reads_the_api_grant_no_api_access(build):
-    """Only the quotas and unconverted-pods components grant API access, each to its own CronJob's account."""
+    """Only the quotas and unconverted-pods components grant API access, each to its own CronJob's account, and
+    serving-groups to the webhook's account (get on Pods: test_serving_groups_let_the_webhook_get_pods_only)."""
     name, objects = build
     rbac = [o for o in objects if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
     granted_to = {s["name"] for o in rbac if o["kind"].endswith("Binding") for s in o["subjects"]}
@@ -585,8 +587,32 @@ def test_builds_without_a_component_that_reads_the_api_grant_no_api_access(build
         expected.add(QUOTA_JOB)
     if "unconverted-pods" in name:
         expected.add("volcano-injector-unconverted-pods")
+    if "serving-groups" in name:
+        expected.add(NAME)
     assert granted_to == expected
     assert bool(rbac) == bool(expected)
+
+
+def test_serving_groups_let_the_webhook_get_pods_only(build):
+    """The leader lookup: the webhook's account may get Pods and nothing else, with a short-lived token mounted, and
+    the lookup switched on; without the component no token is mounted and the lookup stays off."""
+    name, objects = build
+    container = injector_container(objects)
+    mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+    config = find_prefixed(objects, "ConfigMap", "volcano-injector-config")["data"]
+    if "serving-groups" not in name:
+        assert "kube-api-access" not in mounts
+        assert config.get("INJECTOR_GROUP_LEADER_LOOKUP", "false") == "false"
+        return
+    role = find_object(objects, "ClusterRole", "volcano-injector-group-leaders")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    binding = find_object(objects, "ClusterRoleBinding", "volcano-injector-group-leaders")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]
+    assert mounts["kube-api-access"]["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+    volumes = {v["name"]: v for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]}
+    token = volumes["kube-api-access"]["projected"]["sources"][0]["serviceAccountToken"]
+    assert token["expirationSeconds"] <= 3600
+    assert config["INJECTOR_GROUP_LEADER_LOOKUP"] == "true"
 
 
 @pytest.mark.parametrize("name, service", [(NAME, NAME), (OPERATOR, UI_SERVICE)])

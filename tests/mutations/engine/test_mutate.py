@@ -60,7 +60,8 @@ def admitted(original, result):
 @pytest.mark.parametrize(
     "annotations, memory, cores, preset, source",
     [
-        ({}, "16384", None, "default", "namespace policy *"),
+        # the audit row's source says the model was not read (issue 30)
+        ({}, "16384", None, "default", "namespace policy *; model not read"),
         ({"volcano-injector.io/vgpu-memory": "12Gi"}, "12288", None, "default",
          "annotation volcano-injector.io/vgpu-memory"),
         ({"volcano-injector.io/vgpu-memory": "20000"}, "20000", None, "default",
@@ -207,7 +208,8 @@ def test_deployment_pod_without_a_name_is_converted():
     assert patched["metadata"]["annotations"] == {
         "volcano-injector.io/applied-preset": "default",
         "volcano-injector.io/applied-policy": "*",
-        "volcano-injector.io/applied-source": "namespace policy *",
+        # vLLM reads its model from a config file: the Pod says the default sized it because of that
+        "volcano-injector.io/applied-source": "namespace policy *; model not read",
         "volcano-injector.io/applied-vgpu-memory-mib": "16384",
     }
     assert patched["spec"]["containers"][0]["resources"]["limits"] == {

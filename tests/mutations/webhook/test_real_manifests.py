@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mutations.webhook import groups
 from profiles.models import GpuModel
 from tests.support import pods
 from tests.support.kube import apply_patch_v4, default_pod, resource_errors, schema_errors
@@ -87,27 +88,15 @@ CASES: dict[str, Serving] = {
 
 # The issue 30 pattern each case falls under on main (the issue's "Why": 1 serving groups that span Pods, 2 models
 # sized from their name, 3 command forms not read, 4 models the Pod does not name).
-GROUP = ("issue 30 pattern 1 (group): a LeaderWorkerSet Pod of a TP 8 x PP 2 group of 2 Pods of 8 GPUs is sized "
-         "as if it held the whole model (denied: ask for nvidia.com/gpu: 16, which no node has)")
-GROUP_WORKER = ("issue 30 pattern 1 (group): the group's worker runs `ray start` (ray_init.sh), not the server: "
-                "sized by the namespace default, far below its share of the group")
-SGLANG_GROUP = ("issue 30 pattern 1 (group): SGLang --tp 2 over --nnodes 2 LeaderWorkerSet Pods of 1 GPU is denied "
-                "as a GPU-count mismatch (ask for nvidia.com/gpu: 2), though the group has its 2 GPUs")
+GROUP_WORKER = ("issue 30 pattern 1 (group): the group's worker runs `ray start` or a worker script, not the server; "
+                "it gets its leader's grant only with INJECTOR_GROUP_LEADER_LOOKUP (off here, as by default: "
+                "tests/mutations/webhook/test_groups.py), else the namespace default with a warning saying so")
 NIM = ("issue 30 pattern 4 (unnamed): a NIM predictor names its model only in the image (nvcr.io/nim/<org>/<model>); "
-       "nothing is read and the namespace default is granted without a warning that says so")
+       "the namespace default is granted, with a warning that the model was not read and that "
+       "volcano-injector.io/model pins it")
 XFAIL: dict[str, str] = {
-    "lws-vllm-native-405b-leader": GROUP,
-    "lws-vllm-native-405b-worker": GROUP,
-    "lws-vllm-ray-405b-leader": GROUP,
-    "gke-lws-vllm-405b-leader": GROUP,
-    "lws-vllm-ray-405b-worker": ("issue 30 patterns 1 and 3 (group, command): the worker's `sh -c` running "
-                                 "`bash .../multi-node-serving.sh worker` is read as `vllm serving bash` and the "
-                                 "group is not seen: sized by the namespace default, below its share of the group"),
+    "lws-vllm-ray-405b-worker": GROUP_WORKER,
     "gke-lws-vllm-405b-worker": GROUP_WORKER,
-    "lws-sglang-llama-8b-leader": SGLANG_GROUP,
-    "lws-sglang-llama-8b-worker": SGLANG_GROUP,
-    "lws-sglang-basic-llama-8b-leader": SGLANG_GROUP,
-    "lws-sglang-basic-llama-8b-worker": SGLANG_GROUP,
     "kserve-nim-llama3-8b-instruct": NIM,
     "kserve-nim-mistral-7b-instruct-v03": NIM,
     "kserve-nim-mixtral-8x7b-instruct": NIM,
@@ -222,3 +211,23 @@ def test_a_real_manifest_gets_a_grant_its_server_starts_in(post_review, name):
             f"{need.kv_mib:.0f} for {need.context_tokens} tokens + activations {need.activation_mib:.0f} + "
             f"{need.non_torch_mib:.0f}, / {need.fraction}), at most {need.upper_mib()}; "
             f"warnings: {body.get('warnings')}")
+
+
+@pytest.mark.usefixtures("cluster_cards")
+@pytest.mark.parametrize("leader, worker", [("lws-vllm-ray-405b-leader", "lws-vllm-ray-405b-worker"),
+                                            ("gke-lws-vllm-405b-leader", "gke-lws-vllm-405b-worker")])
+def test_a_ray_worker_gets_its_leaders_grant_with_the_leader_lookup(post_review, settings, monkeypatch, leader,
+                                                                    worker):
+    settings.INJECTOR_GROUP_LEADER_LOOKUP = True
+    groups.group_leader_cache_clear()
+    leader_pod = manifest_pod(leader)
+    body = post_review(pods.review(leader_pod)).json()["response"]
+    assert body["allowed"], body
+    admitted = default_pod(apply_patch_v4(leader_pod, json.loads(base64.b64decode(body["patch"]))))
+    monkeypatch.setattr(groups, "leader_pod_read", lambda **_: admitted)  # the API server's copy of the leader
+    pod = manifest_pod(worker)
+    body = post_review(pods.review(pod)).json()["response"]
+    need = serving_need(CASES[worker])
+    for grant in _grants(pod, body):
+        assert need.mib <= grant <= need.upper_mib(), (grant, need.mib, body.get("warnings"))
+    groups.group_leader_cache_clear()
