@@ -25,6 +25,7 @@ from .specs import (
     GpuModelSpec,
     JsonObject,
     Mode,
+    NodePoolSpec,
     MutationContext,
     MutationResult,
     PodVerdict,
@@ -39,7 +40,7 @@ from .specs import (
 __all__ = [
     "ANN_PRESET", "ANN_SKIP", "BUILTIN_POLICY", "GPU_RESOURCE",
     "AdmissionRequest", "BadReview", "Catalog", "ContainerGrant", "Decision", "Denial", "GpuModelSpec", "JsonObject",
-    "Knobs", "LanguageModelSpec", "Mode", "MutationContext", "MutationResult", "Need", "PodVerdict", "PolicySpec",
+    "Knobs", "LanguageModelSpec", "Mode", "MutationContext", "MutationResult", "Need", "NodePoolSpec", "PodVerdict", "PolicySpec",
     "PresetSpec",
     "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand",
     "catalog_mark", "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",

@@ -35,6 +35,7 @@ from .checks import pod_size_check, policy_limit_violations, privileged_check, p
 from .defaults import cpu_memory_fill
 from .denial import Denial
 from .explain import denial_explain
+from .placement import placement_card, placement_violations
 from .pod import Container, asks_for_gpu, containers_read, has_vgpu, resource_map, resources_store, working_copy
 from .quantity import QuantityError, parse_quantity
 from .scheduling import budget_notes, priority_class_apply, queue_apply
@@ -141,8 +142,10 @@ class _Mutation:
         sizing = None
         if to_convert:
             try:
+                pool_card = placement_card(spec=spec, annotations=self.annotations, catalog=self.catalog) \
+                    if self.catalog.node_pools else None
                 sizing = sizing_decide(annotations=self.annotations, policy=self.policy, catalog=self.catalog,
-                                       warnings=self.warnings, containers=to_convert)
+                                       warnings=self.warnings, containers=to_convert, pool_card=pool_card)
                 for container in to_convert:
                     self._convert(container, sizing)
             except Denial as denial:  # the user learns every rule the Pod breaks at once, not one per try
@@ -153,6 +156,11 @@ class _Mutation:
         if is_gpu_pod:
             problems = privileged_violations(spec=spec, containers=containers, policy=self.policy)
             problems += policy_limit_violations(gpu_containers=gpu_containers, policy=self.policy)
+            if self.catalog.node_pools and not problems:
+                # After the pin: use-gputype as the admitted Pod will carry it.
+                problems += placement_violations(spec=spec, annotations=self._admitted_annotations(sizing),
+                                                 containers=gpu_containers, catalog=self.catalog, policy=self.policy,
+                                                 warnings=self.warnings)
             if problems:
                 raise Denial.of(problems, sizing=sizing)
             defaults = sizing.resources if sizing else self.policy.resources
@@ -312,9 +320,16 @@ class _Mutation:
         self.priority_class = priority_class_apply(pod=self.pod, policy=self.policy, preset=preset,
                                                    warnings=self.warnings)
 
+    def _admitted_annotations(self, sizing: Sizing | None) -> JsonObject:
+        """The Pod's annotations with the use-gputype pin _pin_gpu_model will add (Volcano matches the card by it)."""
+        card = sizing.gpu_model if sizing is not None and self.grants and not sizing.card_from_pool else None
+        if card is None or USE_GPUTYPE in self.annotations:
+            return self.annotations
+        return {**self.annotations, USE_GPUTYPE: card.match}
+
     def _pin_gpu_model(self, sizing: Sizing) -> None:
         card = sizing.gpu_model
-        if card is None:
+        if card is None or sizing.card_from_pool:
             return
         annotations = self.pod["metadata"].setdefault("annotations", {})
         current = annotations.get(USE_GPUTYPE)

@@ -1,0 +1,358 @@
+"""Whether a GPU Pod's shape fits a node it can land on: Volcano's vGPU predicate on an empty node, per pool.
+
+The node pools come from the cluster (Catalog.node_pools, synced by `manage.py sync_gpu_inventory`). A Pod
+can land on the pools its nodeSelector, required node affinity and tolerations allow. On each, this repeats
+what Volcano's scheduler checks (volcano-sh/volcano pkg/scheduler/api/devices/nvidia/vgpu/utils.go
+`checkNodeGPUSharingPredicateAndScore`, `checkGPUtype`) on a node with nothing running: the Pod's
+`volcano.sh/vgpu-mode` equals the node's mode; each container's vGPUs fit on as many different cards of
+the node; each card has the registered memory and the cores for the slice and a slice left; the card's
+type passes `nvidia.com/use-gputype` / `nouse-gputype`. At least one pool must hold the Pod, else it would
+wait Pending forever. What is free now (capacity) is never checked. Without pools nothing is checked here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .annotations import ANN_GPU_TYPE, annotation_read
+from .denial import Denial
+from .inventory import card_model_name
+from .pod import Container, resource_map
+from .serving import KSERVE, SGLANG, TGI, VLLM, serving_command_read
+from .specs import (
+    NOUSE_GPUTYPE,
+    USE_GPUTYPE,
+    VGPU_CORES,
+    VGPU_MEMORY,
+    VGPU_MEMORY_PERCENTAGE,
+    VGPU_MODE,
+    VGPU_NUMBER,
+    Catalog,
+    GpuModelSpec,
+    JsonObject,
+    NodePoolSpec,
+    PolicySpec,
+)
+
+# Engines that take their whole memory budget at start: on an oversubscribed card part of it is host memory.
+PREALLOCATING_ENGINES = {VLLM: "vLLM", SGLANG: "SGLang", TGI: "TGI", KSERVE: "vLLM (KServe)"}
+_POOLS_SHOWN = 3
+_MEMO_ENTRIES = 256
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One container's vGPU request, as Volcano's resourcereqs reads it."""
+
+    container: Container
+    number: int
+    memory_mib: int  # 0: a percentage of the card (or the whole card)
+    percentage: int  # 101: not given
+    cores: int
+
+
+def pools_for_pod(*, spec: JsonObject, catalog: Catalog) -> tuple[NodePoolSpec, ...] | None:
+    """The pools the Pod's nodeSelector, required node affinity and tolerations let it land on; None when
+    nothing is to be checked (no inventory, or a Pod bound to a node by name)."""
+    if not catalog.node_pools or spec.get("nodeName"):
+        return None
+    selector = spec.get("nodeSelector") or {}
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    tolerations = spec.get("tolerations") or []
+    try:
+        key = (id(catalog.node_pools), repr(sorted(selector.items())), repr(affinity), repr(tolerations))
+    except (AttributeError, TypeError):
+        return None
+    memo = _MEMO.get(key)
+    if memo is not None and memo[0] is catalog.node_pools:
+        return memo[1]
+    terms = _terms(affinity)
+    selected = bool(selector) or terms is not None
+    found = tuple(pool for pool in catalog.node_pools
+                  if _selector_holds(pool, selector, selected) and _affinity_holds(pool, terms)
+                  and all(_tolerated(taint, tolerations) for taint in pool.taints))
+    if len(_MEMO) >= _MEMO_ENTRIES:
+        _MEMO.clear()
+    _MEMO[key] = (catalog.node_pools, found)
+    return found
+
+
+_MEMO: dict[tuple[object, ...], tuple[tuple[NodePoolSpec, ...], tuple[NodePoolSpec, ...]]] = {}
+
+
+def placement_card(*, spec: JsonObject, annotations: JsonObject, catalog: Catalog) -> GpuModelSpec | None:
+    """The card to size the Pod for when every pool it can land on (and whose card it accepts) has the same one."""
+    pools = pools_for_pod(spec=spec, catalog=catalog)
+    if not pools:
+        return None
+    named = annotation_read(annotations, ANN_GPU_TYPE)
+    model = catalog.gpu_model(named) if named else None
+    usable = [p for p in pools if _type_ok(annotations, p.card_type)
+              and (model is None or model.match.lower() in p.card_type.lower())]
+    cards = {(p.card_type, p.registered_memory_mib) for p in usable}
+    if len(cards) != 1:
+        return None
+    pool = usable[0]
+    return GpuModelSpec(pool.gpu_model or card_model_name(pool.card_type), pool.registered_memory_mib, pool.card_type)
+
+
+def placement_violations(*, spec: JsonObject, annotations: JsonObject, containers: list[Container],
+                         catalog: Catalog, policy: PolicySpec, warnings: list[str]) -> list[Denial]:
+    """Deny a GPU Pod whose shape fits none of the pools it can land on; note (or deny) an oversubscribed slice."""
+    pools = pools_for_pod(spec=spec, catalog=catalog)
+    requests = _requests(containers)
+    if pools is None or not requests:
+        return []
+    if not pools:
+        warnings.append("no GPU node pool in the inventory matches this Pod's node selection and tolerations: it "
+                        "stays Pending until one does")
+        return []
+    reasons = {pool.name: _misfit(pool, annotations, requests) for pool in pools}
+    fitting = [pool for pool in pools if reasons[pool.name] is None]
+    if not fitting:
+        return [_shape_denial(spec, annotations, requests, pools, reasons)]
+    return _oversubscription(fitting, requests, policy, warnings)
+
+
+def _requests(containers: list[Container]) -> list[_Request]:
+    found = []
+    for container in containers:
+        if container.init:
+            continue  # Volcano's scheduler counts spec.containers only
+        limits, requests = resource_map(container, "limits"), resource_map(container, "requests")
+        if VGPU_NUMBER not in limits and VGPU_MEMORY not in limits:
+            continue
+        number = _int(limits.get(VGPU_NUMBER), 1)
+        memory = _int(limits.get(VGPU_MEMORY, requests.get(VGPU_MEMORY)), 0)
+        percentage = _int(limits.get(VGPU_MEMORY_PERCENTAGE, requests.get(VGPU_MEMORY_PERCENTAGE)), 101)
+        cores = _int(limits.get(VGPU_CORES, requests.get(VGPU_CORES)), 0)
+        if number > 0:
+            found.append(_Request(container, number, memory, percentage, cores))
+    return found
+
+
+def _int(value: object, fallback: int) -> int:
+    try:
+        return int(str(value)) if value is not None else fallback
+    except ValueError:
+        return fallback
+
+
+def _slice_mib(request: _Request, card_mib: int) -> int:
+    if request.memory_mib:
+        return request.memory_mib
+    percentage = 100 if request.percentage == 101 else request.percentage
+    return int(card_mib * percentage / 100)
+
+
+def _misfit(pool: NodePoolSpec, annotations: JsonObject, requests: list[_Request]) -> tuple[str, _Request | None] | None:
+    """Why the pool's empty node cannot hold the Pod (the rule and the container), None when it can."""
+    mode = annotations.get(VGPU_MODE)
+    if mode is not None and mode != pool.mode:
+        return "mode", None
+    if "NVIDIA" not in pool.card_type or not _type_ok(annotations, pool.card_type):
+        return "type", None
+    cards = pool.cards_per_node or max(r.number for r in requests)  # a declared pool: its card count is unknown
+    used_num, used_mem, used_cores = [0] * cards, [0] * cards, [0] * cards
+    for request in requests:
+        if request.number > cards:
+            return "cards", request
+        wanted, why = request.number, "slices"
+        for index in range(cards - 1, -1, -1):  # Volcano walks the cards from the last
+            memory = _slice_mib(request, pool.registered_memory_mib)
+            if used_num[index] >= pool.split_count:
+                continue
+            if pool.registered_memory_mib - used_mem[index] < memory:
+                why = "memory"
+                continue
+            if used_cores[index] + request.cores > 100 or (request.cores == 100 and used_num[index] > 0) \
+                    or (used_cores[index] == 100 and request.cores == 0):
+                why = "cores"
+                continue
+            used_num[index] += 1
+            used_mem[index] += memory
+            used_cores[index] += request.cores
+            wanted -= 1
+            if wanted == 0:
+                break
+        if wanted:
+            return why, request
+    return None
+
+
+def _type_ok(annotations: JsonObject, card_type: str) -> bool:
+    """Volcano's checkGPUtype: use-gputype names a substring of the card type; else nouse-gputype names none."""
+    card = card_type.upper()
+    use = annotations.get(USE_GPUTYPE)
+    if isinstance(use, str):
+        return any(part.upper() in card for part in use.split(","))
+    nouse = annotations.get(NOUSE_GPUTYPE)
+    if isinstance(nouse, str):
+        return not any(part.upper() in card for part in nouse.split(","))
+    return True
+
+
+# --- which pools a Pod can land on -----------------------------------------------------------------------
+def _terms(affinity: JsonObject) -> list[list[tuple[str, str, list[str]]]] | None:
+    """The required node affinity's terms (any one must hold), each a list of (key, operator, values); None: none."""
+    terms = affinity.get("nodeSelectorTerms") if isinstance(affinity, dict) else None
+    if not isinstance(terms, list) or not terms:
+        return None
+    found = []
+    for term in terms:
+        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
+        found.append([(str(e.get("key")), str(e.get("operator")), [str(v) for v in e.get("values") or []])
+                      for e in expressions or [] if isinstance(e, dict)])
+    return found
+
+
+def _values(pool: NodePoolSpec, key: str) -> tuple[set[str], bool]:
+    """The values the pool's nodes have for a label, and whether some node may lack it."""
+    value = pool.label(key)
+    if value is not None:
+        return {value}, False
+    for name, values in pool.varying_labels:
+        if name == key:
+            return set(values), True
+    return set(), True
+
+
+def _holds(pool: NodePoolSpec, key: str, operator: str, values: list[str]) -> bool:
+    """Whether some node of the pool can meet one requirement (never denying on what is not known)."""
+    found, may_lack = _values(pool, key)
+    if operator == "In":
+        return bool(found & set(values))
+    if operator == "NotIn":
+        return may_lack or bool(found - set(values))
+    if operator == "Exists":
+        return bool(found)
+    if operator == "DoesNotExist":
+        return may_lack
+    if operator in ("Gt", "Lt") and values:
+        try:
+            bound = int(values[0])
+            return any((int(v) > bound) if operator == "Gt" else (int(v) < bound) for v in found)
+        except ValueError:
+            return False
+    return True  # an operator the API server would have refused
+
+
+def _selector_holds(pool: NodePoolSpec, selector: JsonObject, selected: bool) -> bool:
+    if pool.declared and not pool.labels:
+        return not selected  # a pool declared without labels: only a Pod that selects no nodes may land there
+    return all(_holds(pool, str(k), "In", [str(v)]) for k, v in selector.items())
+
+
+def _affinity_holds(pool: NodePoolSpec, terms: list[list[tuple[str, str, list[str]]]] | None) -> bool:
+    if terms is None:
+        return True
+    return any(all(_holds(pool, *requirement) for requirement in term) for term in terms)
+
+
+def _tolerated(taint: tuple[str, str, str], tolerations: list[object]) -> bool:
+    key, value, effect = taint
+    for toleration in tolerations:
+        if not isinstance(toleration, dict):
+            continue
+        if toleration.get("effect") and toleration.get("effect") != effect:
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration.get("key") == key:
+                return True
+        elif toleration.get("key") == key and (toleration.get("value") or "") == value:
+            return True
+    return False
+
+
+# --- the answers ---------------------------------------------------------------------------------------
+def _where(spec: JsonObject) -> str:
+    selector = spec.get("nodeSelector") or {}
+    parts = [f"{k}={v}" for k, v in sorted(selector.items())]
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in (_terms(affinity) or [])[:1]:
+        parts += [f"{k} {op} ({', '.join(v)})" if v else f"{k} {op}" for k, op, v in term]
+    return f"nodes matching {', '.join(parts)}" if parts else "the GPU nodes"
+
+
+def _card(pool: NodePoolSpec) -> str:
+    return pool.gpu_model or card_model_name(pool.card_type)
+
+
+def _pool_text(pool: NodePoolSpec) -> str:
+    count = f"{pool.cards_per_node} " if pool.cards_per_node else ""
+    mode = f" ({pool.mode})" if pool.mode != "hami-core" else ""
+    scaled = "" if pool.declared else (f" in {pool.nodes} node{'s' if pool.nodes != 1 else ''}")
+    return f"{count}{_card(pool)} cards of {pool.registered_memory_mib:,} MiB{mode}{scaled}"
+
+
+def _shape_denial(spec: JsonObject, annotations: JsonObject, requests: list[_Request], pools: tuple[NodePoolSpec, ...],
+                  reasons: dict[str, tuple[str, _Request | None] | None]) -> Denial:
+    ordered = sorted(pools, key=lambda p: (-p.registered_memory_mib, -p.cards_per_node, p.name))
+    shown = "; ".join(_pool_text(p) for p in ordered[:_POOLS_SHOWN])
+    if len(ordered) > _POOLS_SHOWN:
+        shown += f"; and {len(ordered) - _POOLS_SHOWN} more pools"
+    best = ordered[0]
+    why, request = reasons[best.name] or ("memory", requests[0])
+    field, need, fix = _need(why, request or requests[0], annotations, best, ordered)
+    message = f"{_where(spec)} have {shown}; {need}: {fix}, or choose another pool"
+    return Denial(field, message, rule="cluster.shape", fix=f"{fix}, or choose another pool (nodeSelector)")
+
+
+def _need(why: str, request: _Request, annotations: JsonObject, best: NodePoolSpec,
+          pools: list[NodePoolSpec]) -> tuple[str, str, str]:
+    container = request.container
+    limits = f"{container.path}.resources.limits"
+    if why == "mode":
+        modes = ", ".join(sorted({p.mode for p in pools}))
+        return (f"metadata.annotations[{VGPU_MODE}]", f"this Pod asks for {VGPU_MODE} {annotations.get(VGPU_MODE)!r} "
+                f"and their cards run {modes}", f"set {VGPU_MODE} to {modes} or remove it")
+    if why == "type":
+        kinds = ", ".join(sorted({p.card_type for p in pools}))
+        key = USE_GPUTYPE if USE_GPUTYPE in annotations else NOUSE_GPUTYPE
+        return (f"metadata.annotations[{key}]", f"{key} {annotations.get(key)!r} leaves none of their cards ({kinds})",
+                f"set {key} to match one of {kinds}")
+    if why == "cards":
+        most = max(p.cards_per_node for p in pools)
+        return (f"{limits}[{VGPU_NUMBER}]", f"container {container.name!r} asks for {request.number} vGPUs, each on "
+                f"its own card", f"ask for at most {most} GPUs per container")
+    if why == "cores":
+        return (f"{limits}[{VGPU_CORES}]", f"its containers ask for more than 100% of a card's cores",
+                "ask for fewer cores per vGPU")
+    if why == "slices":
+        return (f"{limits}[{VGPU_NUMBER}]", f"its containers need more slices than the cards hold "
+                f"({best.split_count} a card)", "ask for fewer vGPUs")
+    need = _slice_mib(request, best.registered_memory_mib)
+    most = max(p.registered_memory_mib for p in pools)
+    return (f"{limits}[{VGPU_MEMORY}]", f"this Pod needs {need:,} MiB a card",
+            f"ask for at most {most:,} MiB per vGPU")
+
+
+def _oversubscription(fitting: list[NodePoolSpec], requests: list[_Request], policy: PolicySpec,
+                      warnings: list[str]) -> list[Denial]:
+    """A slice beyond the physical memory of every pool that holds it lives partly in host memory."""
+    needs = [(r, max(_slice_mib(r, p.registered_memory_mib) for p in fitting)) for r in requests]
+    physical = [p for p in fitting if p.physical_memory_mib is not None]
+    if len(physical) != len(fitting):
+        return []
+    request, need = max(needs, key=lambda pair: pair[1])
+    roomiest = max(physical, key=lambda p: p.physical_memory_mib or 0)
+    real = roomiest.physical_memory_mib or 0
+    if need <= real:
+        return []
+    command = serving_command_read(request.container.body)
+    engine = PREALLOCATING_ENGINES.get(command.engine) if command is not None else None
+    if engine is not None and not policy.allow_oversubscribed_serving:
+        return [Denial(
+            f"{request.container.path}.resources.limits[{VGPU_MEMORY}]",
+            f"container {request.container.name!r} runs {engine}, which takes its whole slice at start: {need:,} MiB a "
+            f"card is more than a {_card(roomiest)} has ({real:,} MiB); the pool registers {roomiest.memory_scaling:g}x "
+            f"its memory and the rest is host memory, far too slow for it; ask for at most {real:,} MiB per vGPU",
+            rule="cluster.oversubscribed", policy=policy.namespace,
+            fix=f"ask for at most {real:,} MiB per vGPU, or ask your cluster operator to allow oversubscribed "
+                f"serving in namespace policy {policy.namespace!r}",
+        )]
+    warnings.append(f"{need:,} MiB a vGPU is more than a {_card(roomiest)} has ({real:,} MiB): the rest lives in "
+                    "host memory (oversubscribed pool)")
+    return []
