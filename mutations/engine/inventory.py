@@ -128,7 +128,8 @@ def register_annotation_parse(value: str) -> tuple[list[GpuCard], list[str]]:
 
 def _record_card(items: list[str]) -> GpuCard | None:
     if len(items) == 7 and items[3].isdigit() and items[5].isdigit():
-        uuid, count, devmem, _cores, card_type, _numa, health = items  # HAMi: UUID,count,devmem,devcore,type,numa,health
+        # HAMi: UUID,count,devmem,devcore,type,numa,health
+        uuid, count, devmem, _cores, card_type, _numa, health = items
         mode = HAMI_CORE
     elif len(items) >= 6:
         uuid, count, devmem, card_type, health, mode = items[:6]
@@ -148,8 +149,8 @@ def _json_cards(text: str) -> tuple[list[GpuCard], list[str]]:
         data = json.loads(text)
     except ValueError as exc:
         return [], [f"the annotation looks like JSON but is not: {exc}"]
-    cards, problems = [], ["a JSON list (HAMi's shape): Volcano's scheduler reads only UUID,count,devmem,type,"
-                           "health,mode records"]
+    cards: list[GpuCard] = []
+    problems = ["a JSON list (HAMi's shape): Volcano's scheduler reads only UUID,count,devmem,type,health,mode records"]
     for index, item in enumerate(data if isinstance(data, list) else []):
         item = item if isinstance(item, dict) else {}
         count, memory = _positive_int(item.get("count")), _positive_int(item.get("devmem"))
@@ -204,9 +205,9 @@ def node_read(node: JsonObject, configs: dict[str, NodeConfig]) -> NodeReading |
                           if isinstance(t, dict) and t.get("effect") in _BLOCKING_EFFECTS))
     config = configs.get(name, NodeConfig())
     if annotation is None:
-        return NodeReading(name, (), labels, taints, allocatable, config, (
-            f"no {REGISTER_ANNOTATION} annotation: the vGPU device plugin has not registered its cards, so "
-            "Volcano places no vGPU Pod here",), registered=False)
+        missing = (f"no {REGISTER_ANNOTATION} annotation: the vGPU device plugin has not registered its cards, so "
+                   "Volcano places no vGPU Pod here")
+        return NodeReading(name, (), labels, taints, allocatable, config, (missing,), registered=False)
     cards, problems = register_annotation_parse(str(annotation))
     if not cards and not problems:
         problems.append("the annotation lists no card")
@@ -241,7 +242,8 @@ def pool_name(key: tuple[object, ...]) -> str:
     return f"{card_type}-x{key[1]}-{digest}"
 
 
-def pools_group(nodes: Iterable[NodeReading], gpu_model_of: dict[str, str] | None = None) -> dict[str, tuple[NodePoolSpec, list[str]]]:
+def pools_group(nodes: Iterable[NodeReading],
+                gpu_model_of: dict[str, str] | None = None) -> dict[str, tuple[NodePoolSpec, list[str]]]:
     """The pools the nodes form, by name: the engine's spec and the names of its nodes (vGPU-registered nodes only)."""
     builders: dict[tuple[object, ...], _PoolBuilder] = {}
     for node in nodes:

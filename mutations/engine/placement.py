@@ -146,7 +146,8 @@ def _slice_mib(request: _Request, card_mib: int) -> int:
     return int(card_mib * percentage / 100)
 
 
-def _misfit(pool: NodePoolSpec, annotations: JsonObject, requests: list[_Request]) -> tuple[str, _Request | None] | None:
+def _misfit(pool: NodePoolSpec, annotations: JsonObject,
+            requests: list[_Request]) -> tuple[str, _Request | None] | None:
     """Why the pool's empty node cannot hold the Pod (the rule and the container), None when it can."""
     mode = annotations.get(VGPU_MODE)
     if mode is not None and mode != pool.mode:
@@ -306,8 +307,8 @@ def _need(why: str, request: _Request, annotations: JsonObject, best: NodePoolSp
     limits = f"{container.path}.resources.limits"
     if why == "mode":
         modes = ", ".join(sorted({p.mode for p in pools}))
-        return (f"metadata.annotations[{VGPU_MODE}]", f"this Pod asks for {VGPU_MODE} {annotations.get(VGPU_MODE)!r} "
-                f"and their cards run {modes}", f"set {VGPU_MODE} to {modes} or remove it")
+        need = f"this Pod asks for {VGPU_MODE} {annotations.get(VGPU_MODE)!r} and their cards run {modes}"
+        return f"metadata.annotations[{VGPU_MODE}]", need, f"set {VGPU_MODE} to {modes} or remove it"
     if why == "type":
         kinds = ", ".join(sorted({p.card_type for p in pools}))
         key = USE_GPUTYPE if USE_GPUTYPE in annotations else NOUSE_GPUTYPE
@@ -315,14 +316,14 @@ def _need(why: str, request: _Request, annotations: JsonObject, best: NodePoolSp
                 f"set {key} to match one of {kinds}")
     if why == "cards":
         most = max(p.cards_per_node for p in pools)
-        return (f"{limits}[{VGPU_NUMBER}]", f"container {container.name!r} asks for {request.number} vGPUs, each on "
-                f"its own card", f"ask for at most {most} GPUs per container")
+        need = f"container {container.name!r} asks for {request.number} vGPUs, each on its own card"
+        return f"{limits}[{VGPU_NUMBER}]", need, f"ask for at most {most} GPUs per container"
     if why == "cores":
-        return (f"{limits}[{VGPU_CORES}]", f"its containers ask for more than 100% of a card's cores",
+        return (f"{limits}[{VGPU_CORES}]", "its containers ask for more than 100% of a card's cores",
                 "ask for fewer cores per vGPU")
     if why == "slices":
-        return (f"{limits}[{VGPU_NUMBER}]", f"its containers need more slices than the cards hold "
-                f"({best.split_count} a card)", "ask for fewer vGPUs")
+        need = f"its containers need more slices than the cards hold ({best.split_count} a card)"
+        return f"{limits}[{VGPU_NUMBER}]", need, "ask for fewer vGPUs"
     need = _slice_mib(request, best.registered_memory_mib)
     most = max(p.registered_memory_mib for p in pools)
     return (f"{limits}[{VGPU_MEMORY}]", f"this Pod needs {need:,} MiB a card",
@@ -347,7 +348,8 @@ def _oversubscription(fitting: list[NodePoolSpec], requests: list[_Request], pol
         return [Denial(
             f"{request.container.path}.resources.limits[{VGPU_MEMORY}]",
             f"container {request.container.name!r} runs {engine}, which takes its whole slice at start: {need:,} MiB a "
-            f"card is more than a {_card(roomiest)} has ({real:,} MiB); the pool registers {roomiest.memory_scaling:g}x "
+            f"card is more than a {_card(roomiest)} has ({real:,} MiB); the pool registers "
+            f"{roomiest.memory_scaling:g}x "
             f"its memory and the rest is host memory, far too slow for it; ask for at most {real:,} MiB per vGPU",
             rule="cluster.oversubscribed", policy=policy.namespace,
             fix=f"ask for at most {real:,} MiB per vGPU, or ask your cluster operator to allow oversubscribed "

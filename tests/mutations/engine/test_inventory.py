@@ -109,7 +109,8 @@ def test_nodes_alike_form_one_pool_and_hostnames_do_not_split_it():
     accel = {"cloud.google.com/gke-accelerator": "nvidia-l4", "nvidia.com/gfd.timestamp": "1"}
     nodes = [node(f"l4-{i}", L4 * 4, labels={**accel, "nvidia.com/gfd.timestamp": str(i)}) for i in range(3)]
     nodes.append(node("a100-0", "GPU-9,10,81920,NVIDIA-A100-SXM4-80GB,true,hami-core:" * 8))
-    nodes.append(node("l4-tainted", L4 * 4, labels=accel, taints=[{"key": "team", "value": "ml", "effect": "NoSchedule"}]))
+    nodes.append(node("l4-tainted", L4 * 4, labels=accel,
+                      taints=[{"key": "team", "value": "ml", "effect": "NoSchedule"}]))
     pools = pools_group([node_read(n, {}) for n in nodes], {"NVIDIA-L4": "L4"})
     by_nodes = sorted((spec.card_type, spec.cards_per_node, spec.nodes, names) for spec, names in pools.values())
     assert by_nodes == [("NVIDIA-A100-SXM4-80GB", 8, 1, ["a100-0"]),
