@@ -324,9 +324,9 @@ def _need(why: str, request: _Request, annotations: JsonObject, best: NodePoolSp
     if why == "slices":
         need = f"its containers need more slices than the cards hold ({best.split_count} a card)"
         return f"{limits}[{VGPU_NUMBER}]", need, "ask for fewer vGPUs"
-    need = _slice_mib(request, best.registered_memory_mib)
+    slice_mib = _slice_mib(request, best.registered_memory_mib)
     most = max(p.registered_memory_mib for p in pools)
-    return (f"{limits}[{VGPU_MEMORY}]", f"this Pod needs {need:,} MiB a card",
+    return (f"{limits}[{VGPU_MEMORY}]", f"this Pod needs {slice_mib:,} MiB a card",
             f"ask for at most {most:,} MiB per vGPU")
 
 
