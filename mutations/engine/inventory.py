@@ -112,21 +112,23 @@ def register_annotation_parse(value: str) -> tuple[list[GpuCard], list[str]]:
     records = [r for r in text.split(":") if r.strip()]
     if ":" not in text:
         problems.append("one record without a trailing ':': Volcano's scheduler reads no card from it")
+    five = 0
     for index, record in enumerate(records):
         items = [item.strip() for item in record.split(",")]
-        card = _record_card(items)
+        card, wrong = _record_card(items)
         if card is None:
-            problems.append(f"record {index + 1} {record[:80]!r}: {len(items)} fields, expected "
-                            "UUID,count,devmem,type,health,mode")
+            problems.append(f"record {index + 1} {record[:80]!r}: {wrong}")
             continue
-        if len(items) == 5:
-            problems.append(f"record {index + 1} has five fields (an older device plugin, no mode): Volcano "
-                            "releases that read six ignore this node's cards")
+        five += len(items) == 5
         cards.append(card)
+    if five:
+        problems.append(f"{five} record(s) of five fields (an older device plugin, no mode): Volcano releases that "
+                        "read six ignore this node's cards")
     return cards, problems
 
 
-def _record_card(items: list[str]) -> GpuCard | None:
+def _record_card(items: list[str]) -> tuple[GpuCard | None, str]:
+    """The card one record stands for, or None and what is wrong with it."""
     if len(items) == 7 and items[3].isdigit() and items[5].isdigit():
         # HAMi: UUID,count,devmem,devcore,type,numa,health
         uuid, count, devmem, _cores, card_type, _numa, health = items
@@ -137,11 +139,15 @@ def _record_card(items: list[str]) -> GpuCard | None:
         uuid, count, devmem, card_type, health = items
         mode = HAMI_CORE
     else:
-        return None
+        return None, f"{len(items)} fields, expected UUID,count,devmem,type,health,mode"
     count_n, memory = _positive_int(count), _positive_int(devmem)
-    if count_n is None or memory is None or not card_type:
-        return None
-    return GpuCard(uuid, count_n, memory, card_type, health.lower() == "true", MIG if mode == MIG else HAMI_CORE)
+    if count_n is None:
+        return None, f"count {count!r} is not a positive whole number"
+    if memory is None:
+        return None, f"devmem {devmem!r} is not a positive whole number of MiB"
+    if not card_type:
+        return None, "no card type"
+    return GpuCard(uuid, count_n, memory, card_type, health.lower() == "true", MIG if mode == MIG else HAMI_CORE), ""
 
 
 def _json_cards(text: str) -> tuple[list[GpuCard], list[str]]:

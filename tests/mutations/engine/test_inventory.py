@@ -32,7 +32,7 @@ def node(name, annotation=None, labels=None, taints=None, allocatable=None):
     ("GPU-1,4,81920,NVIDIA-A100-SXM4-80GB,false,mig:", [("GPU-1", 4, 81920, "NVIDIA-A100-SXM4-80GB", False, "mig")],
      None),
     # an older plugin: five fields, no mode
-    ("GPU-1,10,23034,NVIDIA-L4,true:", [("GPU-1", 10, 23034, "NVIDIA-L4", True, "hami-core")], "five fields"),
+    ("GPU-1,10,23034,NVIDIA-L4,true:", [("GPU-1", 10, 23034, "NVIDIA-L4", True, "hami-core")], "record(s) of five fields"),
     # HAMi's seven fields: UUID,count,devmem,devcore,type,numa,health
     ("GPU-1,10,46068,100,NVIDIA-L40S,0,true:", [("GPU-1", 10, 46068, "NVIDIA-L40S", True, "hami-core")], None),
     # HAMi's JSON list
@@ -53,7 +53,9 @@ def test_register_annotation_shapes_are_read(annotation, cards, problem):
 
 
 @pytest.mark.parametrize(("annotation", "problem"), [
-    ("GPU-1,ten,23034,NVIDIA-L4,true,hami-core:", "record 1 'GPU-1,ten,23034,NVIDIA-L4,true,hami-core'"),
+    ("GPU-1,ten,23034,NVIDIA-L4,true,hami-core:",
+     "record 1 'GPU-1,ten,23034,NVIDIA-L4,true,hami-core': count 'ten' is not a positive whole number"),
+    ("GPU-1,10,24Gi,NVIDIA-L4,true,hami-core:", "devmem '24Gi' is not a positive whole number of MiB"),
     ("GPU-1,10:", "2 fields, expected UUID,count,devmem,type,health,mode"),
     ("[{not json", "looks like JSON but is not"),
     ("   ", "empty"),
