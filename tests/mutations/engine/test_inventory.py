@@ -32,7 +32,8 @@ def node(name, annotation=None, labels=None, taints=None, allocatable=None):
     ("GPU-1,4,81920,NVIDIA-A100-SXM4-80GB,false,mig:", [("GPU-1", 4, 81920, "NVIDIA-A100-SXM4-80GB", False, "mig")],
      None),
     # an older plugin: five fields, no mode
-    ("GPU-1,10,23034,NVIDIA-L4,true:", [("GPU-1", 10, 23034, "NVIDIA-L4", True, "hami-core")], "record(s) of five fields"),
+    ("GPU-1,10,23034,NVIDIA-L4,true:", [("GPU-1", 10, 23034, "NVIDIA-L4", True, "hami-core")],
+     "record(s) of five fields"),
     # HAMi's seven fields: UUID,count,devmem,devcore,type,numa,health
     ("GPU-1,10,46068,100,NVIDIA-L40S,0,true:", [("GPU-1", 10, 46068, "NVIDIA-L40S", True, "hami-core")], None),
     # HAMi's JSON list
