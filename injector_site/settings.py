@@ -228,6 +228,11 @@ INJECTOR_AUDIT_WARN_SECONDS = env_float("INJECTOR_AUDIT_WARN_SECONDS", 10.0)
 INJECTOR_AUDIT_WRITER_AUTOSTART = env_bool("INJECTOR_AUDIT_WRITER_AUTOSTART", True)
 # How often a replica checks the configuration version (seconds); 0 checks on every admission.
 INJECTOR_CONFIG_RECHECK_SECONDS = env_float("INJECTOR_CONFIG_RECHECK_SECONDS", 1.0)
+# The GPU inventory (manage.py sync_gpu_inventory): whether admissions are checked against the node pools it
+# synced (off: against the declared GPU models only), and the vGPU device plugin's per-node ConfigMap it reads.
+INJECTOR_GPU_INVENTORY = env_bool("INJECTOR_GPU_INVENTORY", True)
+INJECTOR_GPU_NODE_CONFIG_NAMESPACE = env("INJECTOR_GPU_NODE_CONFIG_NAMESPACE", "kube-system")
+INJECTOR_GPU_NODE_CONFIG_NAME = env("INJECTOR_GPU_NODE_CONFIG_NAME", "volcano-vgpu-node-config")
 # Listening ports that serve only /mutate and the probes (the Deployment's webhook port, 8443);
 # the admin, dashboard and API are then reached on the UI port alone. Empty: every port serves all.
 INJECTOR_WEBHOOK_ONLY_PORTS = [int(p) for p in env_list("INJECTOR_WEBHOOK_ONLY_PORTS")]

@@ -88,7 +88,7 @@ def placement_card(*, spec: JsonObject, annotations: JsonObject, catalog: Catalo
         return None
     named = annotation_read(annotations, ANN_GPU_TYPE)
     model = catalog.gpu_model(named) if named else None
-    usable = [p for p in pools if _type_ok(annotations, p.card_type)
+    usable = [p for p in pools if _type_ok(annotations, p.card_type, p.declared)
               and (model is None or model.match.lower() in p.card_type.lower())]
     cards = {(p.card_type, p.registered_memory_mib) for p in usable}
     if len(cards) != 1:
@@ -152,7 +152,7 @@ def _misfit(pool: NodePoolSpec, annotations: JsonObject,
     mode = annotations.get(VGPU_MODE)
     if mode is not None and mode != pool.mode:
         return "mode", None
-    if "NVIDIA" not in pool.card_type or not _type_ok(annotations, pool.card_type):
+    if not (pool.declared or "NVIDIA" in pool.card_type) or not _type_ok(annotations, pool.card_type, pool.declared):
         return "type", None
     cards = pool.cards_per_node or max(r.number for r in requests)  # a declared pool: its card count is unknown
     used_num, used_mem, used_cores = [0] * cards, [0] * cards, [0] * cards
@@ -182,12 +182,19 @@ def _misfit(pool: NodePoolSpec, annotations: JsonObject,
     return None
 
 
-def _type_ok(annotations: JsonObject, card_type: str) -> bool:
-    """Volcano's checkGPUtype: use-gputype names a substring of the card type; else nouse-gputype names none."""
+def _type_ok(annotations: JsonObject, card_type: str, declared: bool = False) -> bool:
+    """Volcano's checkGPUtype: use-gputype names a substring of the card type; else nouse-gputype names none.
+
+    A declared pool knows only the part of the card's name its GPU model matches: either may hold the other."""
     card = card_type.upper()
+
+    def named(part: str) -> bool:
+        part = part.upper()  # no strip: Volcano matches " L4" as written
+        return part in card or (declared and bool(part) and card in part)
+
     use = annotations.get(USE_GPUTYPE)
     if isinstance(use, str):
-        return any(part.upper() in card for part in use.split(","))
+        return any(named(part) for part in use.split(","))
     nouse = annotations.get(NOUSE_GPUTYPE)
     if isinstance(nouse, str):
         return not any(part.upper() in card for part in nouse.split(","))

@@ -232,6 +232,8 @@ class Catalog:
     # The GPU node pools the cluster has (manage.py sync_gpu_inventory), declared ones that scale from zero
     # after them; empty without an inventory (not synced yet, or switched off): the GPU models alone decide.
     node_pools: tuple[NodePoolSpec, ...] = ()
+    # The GPU inventory's version (the last sync that changed the pools): a change rebuilds cached Catalogs.
+    inventory_version: int = 0
 
     # presets_serving's answers by size (a Catalog is never edited, so they stay true); bounded.
     _serving: dict[float, tuple[PresetSpec, ...]] = field(default_factory=dict, init=False, repr=False,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from injector_site.kube import REQUEST_TIMEOUT_SECONDS
+from injector_site.platform.kube import REQUEST_TIMEOUT_SECONDS
 from mutations.engine.inventory import NodeConfig, NodeReading, node_config_parse, node_read
 
 if TYPE_CHECKING:
@@ -57,8 +57,9 @@ def cluster_read(*, api: CoreV1Api, node_config_name: str = NODE_CONFIG_MAP,
     try:
         token = None
         while True:
-            response = api.list_node(limit=PAGE_SIZE, _continue=token, _request_timeout=timeout_seconds,
-                                     _preload_content=False)
+            # An HTTP response (not a V1NodeList): _preload_content=False.
+            response: Any = api.list_node(limit=PAGE_SIZE, _continue=token, _request_timeout=timeout_seconds,
+                                          _preload_content=False)
             page = json.loads(response.data)
             reading.pages += 1
             for item in page.get("items") or []:
