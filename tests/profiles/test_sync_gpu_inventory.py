@@ -217,3 +217,22 @@ def test_every_request_is_allowed_by_the_components_rbac_and_every_rule_is_used(
         assert rules, f"GET {request.path} is not allowed"
         used.update(rules)
     assert used == {("c", i) for i in range(len(cluster))} | {("r", i) for i in range(len(namespaced))}
+
+
+# --- what the replicas export ------------------------------------------------------------------------
+def test_metrics_say_when_the_last_run_failed_and_when_the_last_good_one_ended(api, client):
+    from mutations.webhook.views import gpu_inventory_metrics
+
+    sync()
+    gpu_inventory_metrics.forget()
+    body = client.get("/metrics").content.decode()
+    assert "volcano_injector_gpu_inventory_last_run_failed 0.0" in body
+    assert 'volcano_injector_gpu_inventory_cards{card_type="NVIDIA-L4"} 14.0' in body  # 3 x 4 + 1 x 2
+    assert "volcano_injector_gpu_inventory_last_success_timestamp_seconds " in body
+    api.on("GET", NODES, "status-forbidden-list-nodes", status=403)
+    with pytest.raises(CommandError):
+        sync()
+    gpu_inventory_metrics.forget()
+    body = client.get("/metrics").content.decode()
+    assert "volcano_injector_gpu_inventory_last_run_failed 1.0" in body
+    assert 'volcano_injector_gpu_inventory_nodes{card_type="NVIDIA-L4"} 4.0' in body  # the last good inventory
