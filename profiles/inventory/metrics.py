@@ -44,9 +44,11 @@ class GpuInventoryCollector(Collector):
                 self._read_at = now
             except DatabaseError:
                 self._state, self._read_at = None, float("-inf")
-        if self._state is None or self._state[0] is None:
+        if self._state is None:
             return
         latest, good, pools = self._state
+        if latest is None:
+            return
         yield GaugeMetricFamily(
             "volcano_injector_gpu_inventory_last_run_failed",
             "1 when the last GPU inventory sync (manage.py sync_gpu_inventory) failed or read only part of the "

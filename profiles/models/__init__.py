@@ -22,6 +22,7 @@ from .versions import ConfigVersion
 
 __all__ = [
     "KUBE_NAME_PATTERN", "WEIGHT_DTYPES",
-    "ApiToken", "ConfigVersion", "GpuInventorySync", "GpuModel", "GpuNode", "GpuNodePool", "LanguageModel", "NamespacePolicy", "NamespaceQuota", "ObjectChange",
+    "ApiToken", "ConfigVersion", "GpuInventorySync", "GpuModel", "GpuNode", "GpuNodePool", "LanguageModel",
+    "NamespacePolicy", "NamespaceQuota", "ObjectChange",
     "Preset", "TimestampedModel", "kube_name_validator", "namespace_pattern_validator", "quantity_validator",
 ]

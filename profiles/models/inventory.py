@@ -49,6 +49,15 @@ class GpuNodePool(models.Model):
     def oversubscribed(self) -> bool:
         return self.physical_memory_mib is not None and self.registered_memory_mib > self.physical_memory_mib
 
+    @property
+    def cards_total(self) -> int:
+        return self.node_count * self.cards_per_node
+
+    @property
+    def slices_total(self) -> int:
+        """vGPUs its cards hold together (devicesplitcount each)."""
+        return self.cards_total * self.split_count
+
 
 class GpuNode(models.Model):
     """One GPU node as the last good sync read it (a node with no vGPU registration has no pool)."""

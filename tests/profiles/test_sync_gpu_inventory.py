@@ -236,3 +236,56 @@ def test_metrics_say_when_the_last_run_failed_and_when_the_last_good_one_ended(a
     body = client.get("/metrics").content.decode()
     assert "volcano_injector_gpu_inventory_last_run_failed 1.0" in body
     assert 'volcano_injector_gpu_inventory_nodes{card_type="NVIDIA-L4"} 4.0' in body  # the last good inventory
+
+
+# --- the API, the admin and the dashboard show it ------------------------------------------------------
+def test_api_lists_gpu_nodes_with_filters_and_is_read_only(api, reader_api, anonymous_api):
+    sync()
+    l4 = GpuNodePool.objects.get(node_count=3).name
+    found = reader_api.get("/api/v1/gpu-nodes/", {"pool": l4}).json()
+    assert found["count"] == 3 and {n["pool"] for n in found["results"]} == {l4}
+    assert found["results"][0]["gpu_model"] == "L4" and found["results"][0]["registered_memory_mib"] == 23034
+    problems = reader_api.get("/api/v1/gpu-nodes/", {"has_problems": "true"}).json()["results"]
+    assert {n["name"] for n in problems} == {"a100-node-0", "h100-no-plugin-0", "t4-broken-0"}
+    assert [n["name"] for n in reader_api.get("/api/v1/gpu-nodes/", {"label": "pool=scaled"}).json()["results"]] == [
+        "l4-scaled-0"]
+    assert reader_api.get("/api/v1/gpu-nodes/", {"card_type": "a100"}).json()["count"] == 1
+    assert reader_api.post("/api/v1/gpu-nodes/", {"name": "x"}, format="json").status_code == 405
+    assert anonymous_api.get("/api/v1/gpu-nodes/").status_code in (401, 403)
+
+
+def test_admin_shows_the_inventory_read_only(api, client):
+    from django.contrib.auth.models import Permission, User
+
+    viewer = User.objects.create_user("inventory-viewer", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(
+        content_type__app_label="profiles", codename__in=["view_gpunodepool", "view_gpunode", "view_gpuinventorysync",
+                                                           "add_gpunodepool", "change_gpunode"]))
+    client.force_login(viewer)
+    staff_client = client
+    sync()
+    assert staff_client.get("/admin/profiles/gpunodepool/").status_code == 200
+    assert staff_client.get("/admin/profiles/gpunode/").status_code == 200
+    assert staff_client.get("/admin/profiles/gpuinventorysync/").status_code == 200
+    assert staff_client.get("/admin/profiles/gpunodepool/add/").status_code == 403
+
+
+def test_dashboard_shows_each_pool_and_its_nodes(api, staff_client):
+    sync()
+    page = staff_client.get("/dashboard/gpu-pools/").content.decode()
+    l4 = GpuNodePool.objects.get(node_count=3)
+    assert l4.name in page and "23,034 MiB" in page and "46,068 MiB" in page and "scaled 2x" in page
+    assert "H100-80GB: 81,559 MiB" in page  # a model no node has, kept
+    assert "t4-broken-0" in page  # a GPU node in no pool, with why
+    pool_page = staff_client.get(f"/dashboard/gpu-pools/{l4.name}/").content.decode()
+    assert "gke-ml-prod-l4-pool-3b9d51c0-4x1m" in pool_page and "12 (4 a node, 10 vGPU slices a card)" in pool_page
+    assert staff_client.get("/dashboard/gpu-pools/nope/").status_code == 404
+
+
+def test_dashboard_says_when_the_last_sync_failed_and_which_inventory_is_used(api, staff_client):
+    sync()
+    api.on("GET", NODES, "status-forbidden-list-nodes", status=403)
+    with pytest.raises(CommandError):
+        sync()
+    page = staff_client.get("/dashboard/gpu-pools/").content.decode()
+    assert "The last GPU inventory sync failed" in page and "checked against the last good inventory" in page
