@@ -56,13 +56,15 @@ def pools_for_pod(*, spec: JsonObject, catalog: Catalog) -> tuple[NodePoolSpec, 
     nothing is to be checked (no inventory, or a Pod bound to a node by name)."""
     if not catalog.node_pools or spec.get("nodeName"):
         return None
-    selector = spec.get("nodeSelector") or {}
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {}
-    tolerations = spec.get("tolerations") or []
     try:
+        selector = spec.get("nodeSelector") or {}
+        affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") or {}
+        tolerations = spec.get("tolerations") or []
         key = (id(catalog.node_pools), repr(sorted(selector.items())), repr(affinity), repr(tolerations))
-    except (AttributeError, TypeError):
+        if not isinstance(affinity, dict) or not isinstance(tolerations, list):
+            return None
+    except (AttributeError, TypeError):  # a shape the API server would refuse: nothing to check against
         return None
     memo = _MEMO.get(key)
     if memo is not None and memo[0] is catalog.node_pools:
@@ -211,7 +213,7 @@ def _terms(affinity: JsonObject) -> list[list[tuple[str, str, list[str]]]] | Non
     for term in terms:
         expressions = term.get("matchExpressions") if isinstance(term, dict) else None
         found.append([(str(e.get("key")), str(e.get("operator")), [str(v) for v in e.get("values") or []])
-                      for e in expressions or [] if isinstance(e, dict)])
+                      for e in (expressions if isinstance(expressions, list) else []) if isinstance(e, dict)])
     return found
 
 
@@ -275,6 +277,7 @@ def _tolerated(taint: tuple[str, str, str], tolerations: list[object]) -> bool:
 
 # --- the answers ---------------------------------------------------------------------------------------
 def _where(spec: JsonObject) -> str:
+    """How the Pod selects its nodes (pools_for_pod has read the same fields: they have the right shapes)."""
     selector = spec.get("nodeSelector") or {}
     parts = [f"{k}={v}" for k, v in sorted(selector.items())]
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(

@@ -272,3 +272,16 @@ def test_a_declared_pool_with_labels_holds_pods_that_select_them():
     assert run(pod(**BIG, selector={"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}), catalog).allowed
     assert not run(pod(number=1, memory=90000, selector={"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}),
                    catalog).allowed
+
+
+@pytest.mark.parametrize("spec", [
+    {"affinity": ["not", "an", "object"]},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": "pool In a100"}]}}}},
+    {"nodeSelector": ["pool=a100"]},
+    {"tolerations": {"key": "nvidia.com/gpu"}},
+])
+def test_a_selection_of_a_shape_the_api_server_refuses_is_not_a_crash(spec):
+    body = pod(number=1, memory=8192)
+    body["spec"].update(spec)
+    assert run(body).decision in (Decision.UNCHANGED, Decision.MUTATED, Decision.DENIED)
