@@ -35,7 +35,7 @@ from .checks import pod_size_check, policy_limit_violations, privileged_check, p
 from .defaults import cpu_memory_fill
 from .denial import Denial
 from .explain import denial_explain
-from .placement import placement_card, placement_violations
+from .placement import placement_card, placement_violations, pools_for_pod
 from .pod import Container, asks_for_gpu, containers_read, has_vgpu, resource_map, resources_store, working_copy
 from .quantity import QuantityError, parse_quantity
 from .scheduling import budget_notes, priority_class_apply, queue_apply
@@ -139,11 +139,13 @@ class _Mutation:
             raise Denial("spec", "spec must be an object with containers")
         containers = containers_read(spec)
         to_convert = [c for c in containers if asks_for_gpu(c)]
+        # The node pools the Pod can land on (a cached lookup; None without an inventory).
+        pools = pools_for_pod(spec=spec, catalog=self.catalog) if self.catalog.node_pools else None
         sizing = None
         if to_convert:
             try:
-                pool_card = placement_card(spec=spec, annotations=self.annotations, catalog=self.catalog) \
-                    if self.catalog.node_pools else None
+                pool_card = placement_card(pools=pools, annotations=self.annotations, catalog=self.catalog) \
+                    if pools else None
                 sizing = sizing_decide(annotations=self.annotations, policy=self.policy, catalog=self.catalog,
                                        warnings=self.warnings, containers=to_convert, pool_card=pool_card)
                 for container in to_convert:
@@ -156,10 +158,11 @@ class _Mutation:
         if is_gpu_pod:
             problems = privileged_violations(spec=spec, containers=containers, policy=self.policy)
             problems += policy_limit_violations(gpu_containers=gpu_containers, policy=self.policy)
-            if self.catalog.node_pools and not problems:
+            if pools is not None and not problems:
                 # After the pin: use-gputype as the admitted Pod will carry it.
-                problems += placement_violations(spec=spec, annotations=self._admitted_annotations(sizing),
-                                                 containers=gpu_containers, catalog=self.catalog, policy=self.policy,
+                problems += placement_violations(pools=pools, spec=spec,
+                                                 annotations=self._admitted_annotations(sizing),
+                                                 containers=gpu_containers, policy=self.policy,
                                                  warnings=self.warnings)
             if problems:
                 raise Denial.of(problems, sizing=sizing)

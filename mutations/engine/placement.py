@@ -58,10 +58,13 @@ def pools_for_pod(*, spec: JsonObject, catalog: Catalog) -> tuple[NodePoolSpec, 
         return None
     try:
         selector = spec.get("nodeSelector") or {}
-        affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution") or {}
+        affinity = spec.get("affinity")
+        affinity = ((affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+                    or {}) if affinity else {}
         tolerations = spec.get("tolerations") or []
-        key = (id(catalog.node_pools), repr(sorted(selector.items())), repr(affinity), repr(tolerations))
+        # Most Pods select nothing or by nodeSelector alone: a key without repr() for them.
+        key = (id(catalog.node_pools), tuple(selector.items()), repr(affinity) if affinity else "",
+               repr(tolerations) if tolerations else "")
         if not isinstance(affinity, dict) or not isinstance(tolerations, list):
             return None
     except (AttributeError, TypeError):  # a shape the API server would refuse: nothing to check against
@@ -74,47 +77,105 @@ def pools_for_pod(*, spec: JsonObject, catalog: Catalog) -> tuple[NodePoolSpec, 
     found = tuple(pool for pool in catalog.node_pools
                   if _selector_holds(pool, selector, selected) and _affinity_holds(pool, terms)
                   and all(_tolerated(taint, tolerations) for taint in pool.taints))
-    if len(_MEMO) >= _MEMO_ENTRIES:
-        _MEMO.clear()
-    _MEMO[key] = (catalog.node_pools, found)
+    _remember(_MEMO, key, (catalog.node_pools, found))
     return found
 
 
 _MEMO: dict[tuple[object, ...], tuple[tuple[NodePoolSpec, ...], tuple[NodePoolSpec, ...]]] = {}
 
 
-def placement_card(*, spec: JsonObject, annotations: JsonObject, catalog: Catalog) -> GpuModelSpec | None:
-    """The card to size the Pod for when every pool it can land on (and whose card it accepts) has the same one."""
-    pools = pools_for_pod(spec=spec, catalog=catalog)
+def placement_card(*, pools: tuple[NodePoolSpec, ...] | None, annotations: JsonObject,
+                   catalog: Catalog) -> GpuModelSpec | None:
+    """The card to size the Pod for when every pool it can land on (pools_for_pod) and whose card it accepts has the
+    same one."""
     if not pools:
         return None
     named = annotation_read(annotations, ANN_GPU_TYPE)
+    key = (id(pools), named, annotations.get(USE_GPUTYPE), annotations.get(NOUSE_GPUTYPE))
+    memo = _CARDS.get(key)
+    if memo is not None and memo[0] is pools:
+        return memo[1]
     model = catalog.gpu_model(named) if named else None
     usable = [p for p in pools if _type_ok(annotations, p.card_type, p.declared)
               and (model is None or model.match.lower() in p.card_type.lower())]
-    cards = {(p.card_type, p.registered_memory_mib) for p in usable}
-    if len(cards) != 1:
-        return None
-    pool = usable[0]
-    return GpuModelSpec(pool.gpu_model or card_model_name(pool.card_type), pool.registered_memory_mib, pool.card_type)
+    card = None
+    if len({(p.card_type, p.registered_memory_mib) for p in usable}) == 1:
+        pool = usable[0]
+        card = GpuModelSpec(pool.gpu_model or card_model_name(pool.card_type), pool.registered_memory_mib,
+                            pool.card_type)
+    _remember(_CARDS, key, (pools, card))
+    return card
 
 
-def placement_violations(*, spec: JsonObject, annotations: JsonObject, containers: list[Container],
-                         catalog: Catalog, policy: PolicySpec, warnings: list[str]) -> list[Denial]:
-    """Deny a GPU Pod whose shape fits none of the pools it can land on; note (or deny) an oversubscribed slice."""
-    pools = pools_for_pod(spec=spec, catalog=catalog)
+@dataclass(frozen=True)
+class _Shape:
+    """What the pools say of one shape: a denial's field, message and fix; or an oversubscribed slice."""
+
+    denial: tuple[str, str, str] | None = None
+    # The container (its index among the requests) whose slice is above the physical memory of every pool
+    # that holds it, that slice, and the pool with the most physical memory.
+    oversubscribed: tuple[int, int, NodePoolSpec] | None = None
+
+
+_FITS = _Shape()
+
+
+def placement_violations(*, pools: tuple[NodePoolSpec, ...] | None, spec: JsonObject, annotations: JsonObject,
+                         containers: list[Container], policy: PolicySpec, warnings: list[str]) -> list[Denial]:
+    """Deny a GPU Pod whose shape fits none of the pools it can land on (pools_for_pod); note (or deny) an
+    oversubscribed slice. Pods of one template ask alike: the answer is remembered by the pools and the shape."""
+    if pools is None:
+        return []
     requests = _requests(containers)
-    if pools is None or not requests:
+    if not requests:
         return []
     if not pools:
         warnings.append("no GPU node pool in the inventory matches this Pod's node selection and tolerations: it "
                         "stays Pending until one does")
         return []
+    mode = annotations.get(VGPU_MODE)
+    key = (id(pools), annotations.get(USE_GPUTYPE), annotations.get(NOUSE_GPUTYPE), mode,
+           tuple((r.container.path, r.container.name, r.number, r.memory_mib, r.percentage, r.cores) for r in requests))
+    memo = _SHAPES.get(key)
+    if memo is not None and memo[0] is pools:
+        shape = memo[1]
+    else:
+        shape = _shape(spec, annotations, requests, pools)
+        _remember(_SHAPES, key, (pools, shape))
+    if shape.denial is not None:
+        field, message, fix = shape.denial
+        return [Denial(field, message, rule="cluster.shape", fix=fix)]
+    if shape.oversubscribed is not None:
+        index, need, roomiest = shape.oversubscribed
+        return _oversubscription(requests[index], need, roomiest, policy, warnings)
+    return []
+
+
+def _shape(spec: JsonObject, annotations: JsonObject, requests: list[_Request],
+           pools: tuple[NodePoolSpec, ...]) -> _Shape:
     reasons = {pool.name: _misfit(pool, annotations, requests) for pool in pools}
     fitting = [pool for pool in pools if reasons[pool.name] is None]
     if not fitting:
-        return [_shape_denial(spec, annotations, requests, pools, reasons)]
-    return _oversubscription(fitting, requests, policy, warnings)
+        return _Shape(denial=_shape_denial(spec, annotations, requests, pools, reasons))
+    physical = [p for p in fitting if p.physical_memory_mib is not None]
+    if len(physical) != len(fitting):
+        return _FITS
+    needs = [max(_slice_mib(r, p.registered_memory_mib) for p in fitting) for r in requests]
+    index = max(range(len(needs)), key=lambda i: needs[i])
+    roomiest = max(physical, key=lambda p: p.physical_memory_mib or 0)
+    if needs[index] <= (roomiest.physical_memory_mib or 0):
+        return _FITS
+    return _Shape(oversubscribed=(index, needs[index], roomiest))
+
+
+_CARDS: dict[tuple[object, ...], tuple[tuple[NodePoolSpec, ...], GpuModelSpec | None]] = {}
+_SHAPES: dict[tuple[object, ...], tuple[tuple[NodePoolSpec, ...], _Shape]] = {}
+
+
+def _remember(memo: dict, key: tuple[object, ...], value: object) -> None:
+    if len(memo) >= _MEMO_ENTRIES:
+        memo.clear()
+    memo[key] = value
 
 
 def _requests(containers: list[Container]) -> list[_Request]:
@@ -299,7 +360,7 @@ def _pool_text(pool: NodePoolSpec) -> str:
 
 
 def _shape_denial(spec: JsonObject, annotations: JsonObject, requests: list[_Request], pools: tuple[NodePoolSpec, ...],
-                  reasons: dict[str, tuple[str, _Request | None] | None]) -> Denial:
+                  reasons: dict[str, tuple[str, _Request | None] | None]) -> tuple[str, str, str]:
     ordered = sorted(pools, key=lambda p: (-p.registered_memory_mib, -p.cards_per_node, p.name))
     shown = "; ".join(_pool_text(p) for p in ordered[:_POOLS_SHOWN])
     if len(ordered) > _POOLS_SHOWN:
@@ -308,7 +369,7 @@ def _shape_denial(spec: JsonObject, annotations: JsonObject, requests: list[_Req
     why, request = reasons[best.name] or ("memory", requests[0])
     field, need, fix = _need(why, request or requests[0], annotations, best, ordered)
     message = f"{_where(spec)} have {shown}; {need}: {fix}, or choose another pool"
-    return Denial(field, message, rule="cluster.shape", fix=f"{fix}, or choose another pool (nodeSelector)")
+    return field, message, f"{fix}, or choose another pool (nodeSelector)"
 
 
 def _need(why: str, request: _Request, annotations: JsonObject, best: NodePoolSpec,
@@ -340,18 +401,10 @@ def _need(why: str, request: _Request, annotations: JsonObject, best: NodePoolSp
             f"ask for at most {most:,} MiB per vGPU")
 
 
-def _oversubscription(fitting: list[NodePoolSpec], requests: list[_Request], policy: PolicySpec,
+def _oversubscription(request: _Request, need: int, roomiest: NodePoolSpec, policy: PolicySpec,
                       warnings: list[str]) -> list[Denial]:
     """A slice beyond the physical memory of every pool that holds it lives partly in host memory."""
-    needs = [(r, max(_slice_mib(r, p.registered_memory_mib) for p in fitting)) for r in requests]
-    physical = [p for p in fitting if p.physical_memory_mib is not None]
-    if len(physical) != len(fitting):
-        return []
-    request, need = max(needs, key=lambda pair: pair[1])
-    roomiest = max(physical, key=lambda p: p.physical_memory_mib or 0)
     real = roomiest.physical_memory_mib or 0
-    if need <= real:
-        return []
     command = serving_command_read(request.container.body)
     engine = PREALLOCATING_ENGINES.get(command.engine) if command is not None else None
     if engine is not None and not policy.allow_oversubscribed_serving:
@@ -359,8 +412,8 @@ def _oversubscription(fitting: list[NodePoolSpec], requests: list[_Request], pol
             f"{request.container.path}.resources.limits[{VGPU_MEMORY}]",
             f"container {request.container.name!r} runs {engine}, which takes its whole slice at start: {need:,} MiB a "
             f"card is more than a {_card(roomiest)} has ({real:,} MiB); the pool registers "
-            f"{roomiest.memory_scaling:g}x "
-            f"its memory and the rest is host memory, far too slow for it; ask for at most {real:,} MiB per vGPU",
+            f"{roomiest.memory_scaling:g}x its memory and the rest is host memory, far too slow for it; ask for at "
+            f"most {real:,} MiB per vGPU",
             rule="cluster.oversubscribed", policy=policy.namespace,
             fix=f"ask for at most {real:,} MiB per vGPU, or ask your cluster operator to allow oversubscribed "
                 f"serving in namespace policy {policy.namespace!r}",
