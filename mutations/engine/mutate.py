@@ -35,10 +35,11 @@ from .checks import pod_size_check, policy_limit_violations, privileged_check, p
 from .defaults import cpu_memory_fill
 from .denial import Denial
 from .explain import denial_explain
-from .placement import placement_card, placement_violations, pools_for_pod
+from .placement import placement_card, placement_violations
 from .pod import Container, asks_for_gpu, containers_read, has_vgpu, resource_map, resources_store, working_copy
 from .quantity import QuantityError, parse_quantity
 from .scheduling import budget_notes, priority_class_apply, queue_apply
+from .selection import pools_for_pod
 from .sizing import Sizing, sizing_decide
 from .specs import (
     GPU_RESOURCE,

@@ -1,8 +1,8 @@
 """Whether a GPU Pod's shape fits a node it can land on: Volcano's vGPU predicate on an empty node, per pool.
 
 The node pools come from the cluster (Catalog.node_pools, synced by `manage.py sync_gpu_inventory`). A Pod
-can land on the pools its nodeSelector, required node affinity and tolerations allow. On each, this repeats
-what Volcano's scheduler checks (volcano-sh/volcano pkg/scheduler/api/devices/nvidia/vgpu/utils.go
+can land on the pools its nodeSelector, required node affinity and tolerations allow (selection.py). On
+each, this repeats what Volcano's scheduler checks (volcano-sh/volcano pkg/scheduler/api/devices/nvidia/vgpu/utils.go
 `checkNodeGPUSharingPredicateAndScore`, `checkGPUtype`) on a node with nothing running: the Pod's
 `volcano.sh/vgpu-mode` equals the node's mode; each container's vGPUs fit on as many different cards of
 the node; each card has the registered memory and the cores for the slice and a slice left; the card's
@@ -18,6 +18,7 @@ from .annotations import ANN_GPU_TYPE, annotation_read
 from .denial import Denial
 from .inventory import card_model_name
 from .pod import Container, resource_map
+from .selection import remember, selection_terms
 from .serving import KSERVE, SGLANG, TGI, VLLM, serving_command_read
 from .specs import (
     NOUSE_GPUTYPE,
@@ -37,7 +38,6 @@ from .specs import (
 # Engines that take their whole memory budget at start: on an oversubscribed card part of it is host memory.
 PREALLOCATING_ENGINES = {VLLM: "vLLM", SGLANG: "SGLang", TGI: "TGI", KSERVE: "vLLM (KServe)"}
 _POOLS_SHOWN = 3
-_MEMO_ENTRIES = 256
 
 
 @dataclass(frozen=True)
@@ -49,39 +49,6 @@ class _Request:
     memory_mib: int  # 0: a percentage of the card (or the whole card)
     percentage: int  # 101: not given
     cores: int
-
-
-def pools_for_pod(*, spec: JsonObject, catalog: Catalog) -> tuple[NodePoolSpec, ...] | None:
-    """The pools the Pod's nodeSelector, required node affinity and tolerations let it land on; None when
-    nothing is to be checked (no inventory, or a Pod bound to a node by name)."""
-    if not catalog.node_pools or spec.get("nodeName"):
-        return None
-    try:
-        selector = spec.get("nodeSelector") or {}
-        affinity = spec.get("affinity")
-        affinity = ((affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-                    or {}) if affinity else {}
-        tolerations = spec.get("tolerations") or []
-        # Most Pods select nothing or by nodeSelector alone: a key without repr() for them.
-        key = (id(catalog.node_pools), tuple(selector.items()), repr(affinity) if affinity else "",
-               repr(tolerations) if tolerations else "")
-        if not isinstance(affinity, dict) or not isinstance(tolerations, list):
-            return None
-    except (AttributeError, TypeError):  # a shape the API server would refuse: nothing to check against
-        return None
-    memo = _MEMO.get(key)
-    if memo is not None and memo[0] is catalog.node_pools:
-        return memo[1]
-    terms = _terms(affinity)
-    selected = bool(selector) or terms is not None
-    found = tuple(pool for pool in catalog.node_pools
-                  if _selector_holds(pool, selector, selected) and _affinity_holds(pool, terms)
-                  and all(_tolerated(taint, tolerations) for taint in pool.taints))
-    _remember(_MEMO, key, (catalog.node_pools, found))
-    return found
-
-
-_MEMO: dict[tuple[object, ...], tuple[tuple[NodePoolSpec, ...], tuple[NodePoolSpec, ...]]] = {}
 
 
 def placement_card(*, pools: tuple[NodePoolSpec, ...] | None, annotations: JsonObject,
@@ -103,7 +70,7 @@ def placement_card(*, pools: tuple[NodePoolSpec, ...] | None, annotations: JsonO
         pool = usable[0]
         card = GpuModelSpec(pool.gpu_model or card_model_name(pool.card_type), pool.registered_memory_mib,
                             pool.card_type)
-    _remember(_CARDS, key, (pools, card))
+    remember(_CARDS, key, (pools, card))
     return card
 
 
@@ -141,7 +108,7 @@ def placement_violations(*, pools: tuple[NodePoolSpec, ...] | None, spec: JsonOb
         shape = memo[1]
     else:
         shape = _shape(spec, annotations, requests, pools)
-        _remember(_SHAPES, key, (pools, shape))
+        remember(_SHAPES, key, (pools, shape))
     if shape.denial is not None:
         field, message, fix = shape.denial
         return [Denial(field, message, rule="cluster.shape", fix=fix)]
@@ -170,12 +137,6 @@ def _shape(spec: JsonObject, annotations: JsonObject, requests: list[_Request],
 
 _CARDS: dict[tuple[object, ...], tuple[tuple[NodePoolSpec, ...], GpuModelSpec | None]] = {}
 _SHAPES: dict[tuple[object, ...], tuple[tuple[NodePoolSpec, ...], _Shape]] = {}
-
-
-def _remember(memo: dict, key: tuple[object, ...], value: object) -> None:
-    if len(memo) >= _MEMO_ENTRIES:
-        memo.clear()
-    memo[key] = value
 
 
 def _requests(containers: list[Container]) -> list[_Request]:
@@ -264,78 +225,6 @@ def _type_ok(annotations: JsonObject, card_type: str, declared: bool = False) ->
     return True
 
 
-# --- which pools a Pod can land on -----------------------------------------------------------------------
-def _terms(affinity: JsonObject) -> list[list[tuple[str, str, list[str]]]] | None:
-    """The required node affinity's terms (any one must hold), each a list of (key, operator, values); None: none."""
-    terms = affinity.get("nodeSelectorTerms") if isinstance(affinity, dict) else None
-    if not isinstance(terms, list) or not terms:
-        return None
-    found = []
-    for term in terms:
-        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
-        found.append([(str(e.get("key")), str(e.get("operator")), [str(v) for v in e.get("values") or []])
-                      for e in (expressions if isinstance(expressions, list) else []) if isinstance(e, dict)])
-    return found
-
-
-def _values(pool: NodePoolSpec, key: str) -> tuple[set[str], bool]:
-    """The values the pool's nodes have for a label, and whether some node may lack it."""
-    value = pool.label(key)
-    if value is not None:
-        return {value}, False
-    for name, values in pool.varying_labels:
-        if name == key:
-            return set(values), True
-    return set(), True
-
-
-def _holds(pool: NodePoolSpec, key: str, operator: str, values: list[str]) -> bool:
-    """Whether some node of the pool can meet one requirement (never denying on what is not known)."""
-    found, may_lack = _values(pool, key)
-    if operator == "In":
-        return bool(found & set(values))
-    if operator == "NotIn":
-        return may_lack or bool(found - set(values))
-    if operator == "Exists":
-        return bool(found)
-    if operator == "DoesNotExist":
-        return may_lack
-    if operator in ("Gt", "Lt") and values:
-        try:
-            bound = int(values[0])
-            return any((int(v) > bound) if operator == "Gt" else (int(v) < bound) for v in found)
-        except ValueError:
-            return False
-    return True  # an operator the API server would have refused
-
-
-def _selector_holds(pool: NodePoolSpec, selector: JsonObject, selected: bool) -> bool:
-    if pool.declared and not pool.labels:
-        return not selected  # a pool declared without labels: only a Pod that selects no nodes may land there
-    return all(_holds(pool, str(k), "In", [str(v)]) for k, v in selector.items())
-
-
-def _affinity_holds(pool: NodePoolSpec, terms: list[list[tuple[str, str, list[str]]]] | None) -> bool:
-    if terms is None:
-        return True
-    return any(all(_holds(pool, *requirement) for requirement in term) for term in terms)
-
-
-def _tolerated(taint: tuple[str, str, str], tolerations: list[object]) -> bool:
-    key, value, effect = taint
-    for toleration in tolerations:
-        if not isinstance(toleration, dict):
-            continue
-        if toleration.get("effect") and toleration.get("effect") != effect:
-            continue
-        if toleration.get("operator") == "Exists":
-            if not toleration.get("key") or toleration.get("key") == key:
-                return True
-        elif toleration.get("key") == key and (toleration.get("value") or "") == value:
-            return True
-    return False
-
-
 # --- the answers ---------------------------------------------------------------------------------------
 def _where(spec: JsonObject) -> str:
     """How the Pod selects its nodes (pools_for_pod has read the same fields: they have the right shapes)."""
@@ -343,7 +232,7 @@ def _where(spec: JsonObject) -> str:
     parts = [f"{k}={v}" for k, v in sorted(selector.items())]
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or {}
-    for term in (_terms(affinity) or [])[:1]:
+    for term in (selection_terms(affinity) or [])[:1]:
         parts += [f"{k} {op} ({', '.join(v)})" if v else f"{k} {op}" for k, op, v in term]
     return f"nodes matching {', '.join(parts)}" if parts else "the GPU nodes"
 
