@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .annotations import ANN_GPU_TYPE, annotation_read
 from .denial import Denial
 from .inventory import card_model_name
-from .pod import Container, resource_map
+from .pod import Container
 from .selection import remember, selection_terms
 from .serving import KSERVE, SGLANG, TGI, VLLM, serving_command_read
 from .specs import (
@@ -144,21 +144,25 @@ def _requests(containers: list[Container]) -> list[_Request]:
     for container in containers:
         if container.init:
             continue  # Volcano's scheduler counts spec.containers only
-        limits, requests = resource_map(container, "limits"), resource_map(container, "requests")
+        resources = container.body.get("resources") or {}
+        limits = resources.get("limits") or {}
         if VGPU_NUMBER not in limits and VGPU_MEMORY not in limits:
             continue
+        requests = resources.get("requests") or {}
         number = _int(limits.get(VGPU_NUMBER), 1)
-        memory = _int(limits.get(VGPU_MEMORY, requests.get(VGPU_MEMORY)), 0)
-        percentage = _int(limits.get(VGPU_MEMORY_PERCENTAGE, requests.get(VGPU_MEMORY_PERCENTAGE)), 101)
-        cores = _int(limits.get(VGPU_CORES, requests.get(VGPU_CORES)), 0)
+        memory = _int(limits.get(VGPU_MEMORY) or requests.get(VGPU_MEMORY), 0)
+        percentage = _int(limits.get(VGPU_MEMORY_PERCENTAGE) or requests.get(VGPU_MEMORY_PERCENTAGE), 101)
+        cores = _int(limits.get(VGPU_CORES) or requests.get(VGPU_CORES), 0)
         if number > 0:
             found.append(_Request(container, number, memory, percentage, cores))
     return found
 
 
 def _int(value: object, fallback: int) -> int:
+    if value is None:
+        return fallback
     try:
-        return int(str(value)) if value is not None else fallback
+        return int(value) if isinstance(value, (str, int)) else int(str(value))
     except ValueError:
         return fallback
 
