@@ -10,6 +10,7 @@ not in the cluster (a pool that may scale from zero).
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any
 
 from django.db import transaction
@@ -29,9 +30,12 @@ _BATCH = 1000
 
 
 def gpu_model_for(card_type: str, models: list[GpuModel]) -> GpuModel | None:
-    """The GPU model a card type is: the one whose match is the longest case-insensitive substring of it."""
+    """The GPU model a card type is: the one whose match is the longest case-insensitive part of it standing alone
+    (between non-alphanumerics), so that A10 is not an A100 card and L4 not an L40S (Volcano's use-gputype would
+    match them: a Pod is pinned by it, but a model's memory is not taken from another card)."""
     upper = card_type.upper()
-    found = [m for m in models if m.match and m.match.upper() in upper]
+    found = [m for m in models if m.match and re.search(
+        rf"(?<![A-Z0-9]){re.escape(m.match.upper())}(?![A-Z0-9])", upper)]
     return max(found, key=lambda m: (len(m.match), m.name)) if found else None
 
 
@@ -41,7 +45,19 @@ def gpu_inventory_store(*, reading: ClusterReading, started_at: datetime.datetim
     now = timezone.now()
     models = list(GpuModel.objects.select_for_update().order_by("name"))
     card_types = sorted({n.card_type for n in reading.nodes if n.registered and n.cards})
-    model_of = {card_type: _model_in_step(card_type, reading.nodes, models) for card_type in card_types}
+    problems = list(reading.problems)
+    matched = {card_type: gpu_model_for(card_type, models) for card_type in card_types}
+    model_of = {}
+    for card_type in card_types:
+        model = matched[card_type]
+        shared = sorted(t for t, m in matched.items() if model is not None and m is model)
+        if len(shared) > 1:
+            # One model for several card types: in the cluster, but its memory stays as declared.
+            problems.append(f"GPU model {model.name} (match {model.match!r}) matches several card types "
+                            f"({', '.join(shared)}): its memory is left as declared; give each card its own model")
+            model_of[card_type] = model
+            continue
+        model_of[card_type] = _model_in_step(card_type, reading.nodes, models, model)
     pools = pools_group(reading.nodes, {t: m.name for t, m in model_of.items()})
     for model in models:
         seen = model in model_of.values()
@@ -60,18 +76,18 @@ def gpu_inventory_store(*, reading: ClusterReading, started_at: datetime.datetim
     pool_of = {node: rows[name] for name, (_spec, names) in pools.items() for node in names}
     GpuNode.objects.all().delete()
     GpuNode.objects.bulk_create((_node_row(n, pool_of.get(n.name), now) for n in reading.nodes), batch_size=_BATCH)
-    problems = list(reading.problems) + [f"node {n.name}: {p}" for n in reading.nodes for p in n.problems]
+    problems += [f"node {n.name}: {p}" for n in reading.nodes for p in n.problems]
     return _record(started_at=started_at, succeeded=True, changed=gpu_node_pool_specs() != before,
                    reading=reading, pools=len(pools), problems=problems)
 
 
-def _model_in_step(card_type: str, nodes: list[NodeReading], models: list[GpuModel]) -> GpuModel:
+def _model_in_step(card_type: str, nodes: list[NodeReading], models: list[GpuModel],
+                   model: GpuModel | None) -> GpuModel:
     """The card type's GPU model, created or updated to the memory its cards register (the least of them)."""
     same = [n for n in nodes if n.registered and n.cards and n.card_type == card_type]
     registered = min(n.registered_memory_mib for n in same)
     physical = min((n.physical_memory_mib for n in same if n.physical_memory_mib is not None), default=None)
     physical = physical if physical is not None and physical < registered else None
-    model = gpu_model_for(card_type, models)
     if model is None:
         name = _free_name(card_model_name(card_type)[:64], models)
         model = GpuModel(name=name, match=card_type[:64], memory_mib=registered, discovered=True,

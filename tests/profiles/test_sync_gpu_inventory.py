@@ -289,3 +289,31 @@ def test_dashboard_says_when_the_last_sync_failed_and_which_inventory_is_used(ap
         sync()
     page = staff_client.get("/dashboard/gpu-pools/").content.decode()
     assert "The last GPU inventory sync failed" in page and "checked against the last good inventory" in page
+
+
+def test_a_model_is_matched_by_its_name_standing_alone_not_inside_another_cards():
+    from profiles.inventory.store import gpu_model_for
+
+    models = list(GpuModel.objects.all())  # seeded: A10 (match A10), A100-80GB (A100-SXM4-80GB), L40S, T4 ...
+    assert gpu_model_for("NVIDIA-A100-SXM4-80GB", models).name == "A100-80GB"
+    assert gpu_model_for("NVIDIA-A100-PCIE-40GB", models) is None  # not the A10
+    assert gpu_model_for("NVIDIA-A10", models).name == "A10"
+    assert gpu_model_for("NVIDIA-L40S", models).name == "L40S"
+    assert gpu_model_for("Tesla-T4", models).name == "T4"
+
+
+def test_a_model_matching_several_card_types_keeps_its_memory_and_the_run_says_so(api):
+    GpuModel.objects.create(name="L4-any", memory_mib=24000, match="NVIDIA-L4")
+    api.on("GET", CONFIG_MAP, "status-node-configmap-not-found", status=404)  # the scaled L4 node: 46,068 MiB
+    page = fixture("nodes-gpu-page-2")
+    for item in page["items"]:
+        if item["metadata"]["name"] == "l4-scaled-0":
+            register = item["metadata"]["annotations"]["volcano.sh/node-vgpu-register"]
+            item["metadata"]["annotations"]["volcano.sh/node-vgpu-register"] = register.replace("NVIDIA-L4",
+                                                                                              "NVIDIA-L4-PCIE")
+    api.on("GET", NODES, page, query={"continue": CONTINUE})
+    sync()
+    model = GpuModel.objects.get(name="L4-any")
+    assert model.memory_mib == 24000 and model.in_cluster
+    run = GpuInventorySync.objects.get()
+    assert any("matches several card types (NVIDIA-L4, NVIDIA-L4-PCIE)" in p for p in run.problems)
