@@ -47,11 +47,11 @@ def gpu_inventory_store(*, reading: ClusterReading, started_at: datetime.datetim
     card_types = sorted({n.card_type for n in reading.nodes if n.registered and n.cards})
     problems = list(reading.problems)
     matched = {card_type: gpu_model_for(card_type, models) for card_type in card_types}
-    model_of = {}
+    model_of: dict[str, GpuModel] = {}
     for card_type in card_types:
         model = matched[card_type]
         shared = sorted(t for t, m in matched.items() if model is not None and m is model)
-        if len(shared) > 1:
+        if model is not None and len(shared) > 1:
             # One model for several card types: in the cluster, but its memory stays as declared.
             problems.append(f"GPU model {model.name} (match {model.match!r}) matches several card types "
                             f"({', '.join(shared)}): its memory is left as declared; give each card its own model")
