@@ -26,6 +26,7 @@ from .annotations import (
     ANN_APPLIED_SOURCE,
     ANN_APPLIED_VGPU_MEMORY,
     ANN_GPU_TYPE,
+    ANN_PRESET,
     ANN_SKIP,
     ANN_VGPU_CORES,
     annotation_read,
@@ -164,7 +165,7 @@ class _Mutation:
                 problems += placement_violations(pools=pools, spec=spec,
                                                  annotations=self._admitted_annotations(sizing),
                                                  containers=gpu_containers, policy=self.policy,
-                                                 warnings=self.warnings)
+                                                 warnings=self.warnings, pinned_by=self._pinned_by(sizing))
             if problems:
                 raise Denial.of(problems, sizing=sizing)
             defaults = sizing.resources if sizing else self.policy.resources
@@ -330,6 +331,16 @@ class _Mutation:
         if card is None or USE_GPUTYPE in self.annotations:
             return self.annotations
         return {**self.annotations, USE_GPUTYPE: card.match}
+
+    def _pinned_by(self, sizing: Sizing | None) -> tuple[str, str] | None:
+        """(field, words) of what the use-gputype pin comes from, when the webhook adds one."""
+        if self._admitted_annotations(sizing) is self.annotations or sizing is None or sizing.gpu_model is None:
+            return None
+        if annotation_read(self.annotations, ANN_GPU_TYPE) is not None:
+            return f"metadata.annotations[{ANN_GPU_TYPE}]", f"{ANN_GPU_TYPE} {sizing.gpu_model.name!r}"
+        preset = sizing.preset.name if sizing.preset else "?"
+        return (f"metadata.annotations[{ANN_PRESET}]",
+                f"preset {preset!r} (GPU model {sizing.gpu_model.name!r})")
 
     def _pin_gpu_model(self, sizing: Sizing) -> None:
         card = sizing.gpu_model

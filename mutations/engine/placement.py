@@ -88,9 +88,13 @@ _FITS = _Shape()
 
 
 def placement_violations(*, pools: tuple[NodePoolSpec, ...] | None, spec: JsonObject, annotations: JsonObject,
-                         containers: list[Container], policy: PolicySpec, warnings: list[str]) -> list[Denial]:
+                         containers: list[Container], policy: PolicySpec, warnings: list[str],
+                         pinned_by: tuple[str, str] | None = None) -> list[Denial]:
     """Deny a GPU Pod whose shape fits none of the pools it can land on (pools_for_pod); note (or deny) an
-    oversubscribed slice. Pods of one template ask alike: the answer is remembered by the pools and the shape."""
+    oversubscribed slice. Pods of one template ask alike: the answer is remembered by the pools and the shape.
+
+    `pinned_by`: (field, words) of what made the webhook pin use-gputype (the gpu-type annotation, a preset's
+    GPU model), when it did: a Pod author changes that, not an annotation they never wrote."""
     if pools is None:
         return []
     requests = _requests(containers)
@@ -101,13 +105,13 @@ def placement_violations(*, pools: tuple[NodePoolSpec, ...] | None, spec: JsonOb
                         "stays Pending until one does")
         return []
     mode = annotations.get(VGPU_MODE)
-    key = (id(pools), annotations.get(USE_GPUTYPE), annotations.get(NOUSE_GPUTYPE), mode,
+    key = (id(pools), annotations.get(USE_GPUTYPE), annotations.get(NOUSE_GPUTYPE), mode, pinned_by,
            tuple((r.container.path, r.container.name, r.number, r.memory_mib, r.percentage, r.cores) for r in requests))
     memo = _SHAPES.get(key)
     if memo is not None and memo[0] is pools:
         shape = memo[1]
     else:
-        shape = _shape(spec, annotations, requests, pools)
+        shape = _shape(spec, annotations, requests, pools, pinned_by)
         remember(_SHAPES, key, (pools, shape))
     if shape.denial is not None:
         field, message, fix = shape.denial
@@ -119,11 +123,11 @@ def placement_violations(*, pools: tuple[NodePoolSpec, ...] | None, spec: JsonOb
 
 
 def _shape(spec: JsonObject, annotations: JsonObject, requests: list[_Request],
-           pools: tuple[NodePoolSpec, ...]) -> _Shape:
+           pools: tuple[NodePoolSpec, ...], pinned_by: tuple[str, str] | None) -> _Shape:
     reasons = {pool.name: _misfit(pool, annotations, requests) for pool in pools}
     fitting = [pool for pool in pools if reasons[pool.name] is None]
     if not fitting:
-        return _Shape(denial=_shape_denial(spec, annotations, requests, pools, reasons))
+        return _Shape(denial=_shape_denial(spec, annotations, requests, pools, reasons, pinned_by))
     physical = [p for p in fitting if p.physical_memory_mib is not None]
     if len(physical) != len(fitting):
         return _FITS
@@ -253,26 +257,32 @@ def _pool_text(pool: NodePoolSpec) -> str:
 
 
 def _shape_denial(spec: JsonObject, annotations: JsonObject, requests: list[_Request], pools: tuple[NodePoolSpec, ...],
-                  reasons: dict[str, tuple[str, _Request | None] | None]) -> tuple[str, str, str]:
+                  reasons: dict[str, tuple[str, _Request | None] | None],
+                  pinned_by: tuple[str, str] | None) -> tuple[str, str, str]:
     ordered = sorted(pools, key=lambda p: (-p.registered_memory_mib, -p.cards_per_node, p.name))
     shown = "; ".join(_pool_text(p) for p in ordered[:_POOLS_SHOWN])
     if len(ordered) > _POOLS_SHOWN:
         shown += f"; and {len(ordered) - _POOLS_SHOWN} more pools"
     best = ordered[0]
     why, request = reasons[best.name] or ("memory", requests[0])
-    field, need, fix = _need(why, request or requests[0], annotations, best, ordered)
+    field, need, fix = _need(why, request or requests[0], annotations, best, ordered, pinned_by)
     message = f"{_where(spec)} have {shown}; {need}: {fix}, or choose another pool"
     return field, message, f"{fix}, or choose another pool (nodeSelector)"
 
 
 def _need(why: str, request: _Request, annotations: JsonObject, best: NodePoolSpec,
-          pools: list[NodePoolSpec]) -> tuple[str, str, str]:
+          pools: list[NodePoolSpec], pinned_by: tuple[str, str] | None) -> tuple[str, str, str]:
     container = request.container
     limits = f"{container.path}.resources.limits"
     if why == "mode":
         modes = ", ".join(sorted({p.mode for p in pools}))
         need = f"this Pod asks for {VGPU_MODE} {annotations.get(VGPU_MODE)!r} and their cards run {modes}"
         return f"metadata.annotations[{VGPU_MODE}]", need, f"set {VGPU_MODE} to {modes} or remove it"
+    if why == "type" and pinned_by is not None:
+        field, words = pinned_by
+        models = ", ".join(sorted({_card(p) for p in pools}))
+        return (field, f"{words} pins {USE_GPUTYPE} {annotations.get(USE_GPUTYPE)!r}, which none of their cards is",
+                f"name a GPU model they have ({models}) instead")
     if why == "type":
         kinds = ", ".join(sorted({p.card_type for p in pools}))
         key = USE_GPUTYPE if USE_GPUTYPE in annotations else NOUSE_GPUTYPE

@@ -178,9 +178,19 @@ def test_denial_without_a_selection_names_every_pool_it_could_land_on():
 
 def test_gpu_type_annotation_pins_a_card_no_reachable_pool_has():
     found = violation(run(pod(gpus=1, annotations={"volcano-injector.io/gpu-type": "A100-80GB"})))
-    assert found["rule"] == "cluster.shape"
-    assert "nvidia.com/use-gputype 'A100-SXM4-80GB' leaves none of their cards (NVIDIA-L4)" in found["message"]
+    assert found["rule"] == "cluster.shape" and found["field"] == "metadata.annotations[volcano-injector.io/gpu-type]"
+    assert ("volcano-injector.io/gpu-type 'A100-80GB' pins nvidia.com/use-gputype 'A100-SXM4-80GB', which none of "
+            "their cards is: name a GPU model they have (L4) instead") in found["message"]
     assert run(pod(gpus=1, annotations={"volcano-injector.io/gpu-type": "A100-80GB"}, tolerations=TOLERATE_GPU)).allowed
+
+
+def test_a_preset_pinned_to_a_card_no_reachable_pool_has_names_the_preset():
+    a100_preset = PresetSpec("a100-full", 81920, gpu_model=A100)
+    catalog = Catalog(presets={**PRESETS, "a100-full": a100_preset}, gpu_models=GPU_MODELS, default_preset="default",
+                      node_pools=POOLS)
+    found = violation(run(pod(gpus=1, annotations={"volcano-injector.io/preset": "a100-full"}), catalog))
+    assert found["field"] == "metadata.annotations[volcano-injector.io/preset]"
+    assert "preset 'a100-full' (GPU model 'A100-80GB') pins nvidia.com/use-gputype" in found["message"]
 
 
 def test_a_selection_no_pool_matches_is_admitted_with_a_warning():
