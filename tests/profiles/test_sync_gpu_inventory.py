@@ -317,3 +317,22 @@ def test_a_model_matching_several_card_types_keeps_its_memory_and_the_run_says_s
     assert model.memory_mib == 24000 and model.in_cluster
     run = GpuInventorySync.objects.get()
     assert any("matches several card types (NVIDIA-L4, NVIDIA-L4-PCIE)" in p for p in run.problems)
+
+
+def test_pool_page_counts_the_grants_of_presets_pinned_to_its_gpu_model(api, staff_client):
+    from django.utils import timezone
+
+    from mutations.models import AuditRollup
+    from profiles.models import Preset
+
+    sync()
+    a100 = GpuNodePool.objects.get(card_type="NVIDIA-A100-SXM4-80GB")
+    Preset.objects.create(name="a100-half", vgpu_memory_mib=40960, gpu_model=a100.gpu_model)
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    AuditRollup.objects.create(hour=hour, decision="mutated", namespace="team-a", preset_name="a100-half",
+                               admissions=3, vgpu_memory_mib=3 * 40960)
+    AuditRollup.objects.create(hour=hour, decision="denied", namespace="team-a", preset_name="a100-half",
+                               admissions=5, vgpu_memory_mib=0)
+    page = staff_client.get(f"/dashboard/gpu-pools/{a100.name}/").content.decode()
+    assert "3 admissions, 122,880 MiB of vGPU memory (about 1.5 cards' worth)" in page
+    assert "a100-half" in page
