@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import django_filters
+from django.db.models.fields.json import KeyTextTransform
 from rest_framework import serializers, viewsets
 from rest_framework.permissions import IsAuthenticated
 
@@ -38,7 +39,10 @@ class GpuNodeFilter(django_filters.FilterSet):
 
     def filter_label(self, queryset, name, value):
         key, eq, wanted = value.partition("=")
-        return queryset.filter(labels__has_key=key) if not eq else queryset.filter(labels__contains={key: wanted})
+        if not eq:
+            return queryset.filter(labels__has_key=key)
+        # The label's text by key (works on SQLite too, unlike a JSON containment lookup).
+        return queryset.annotate(label_value=KeyTextTransform(key, "labels")).filter(label_value=wanted)
 
     def filter_problems(self, queryset, name, value):
         return queryset.exclude(problems=[]) if value else queryset.filter(problems=[])
