@@ -248,6 +248,11 @@ INJECTOR_HEAVY_SLOTS_DIR = env("INJECTOR_HEAVY_SLOTS_DIR", "") or ""
 INJECTOR_IMPACT_BUDGET_SECONDS = env_float("INJECTOR_IMPACT_BUDGET_SECONDS", 60.0, minimum=0.1)
 # The CSV export's time budget: past it the file ends with a line saying where it stopped.
 INJECTOR_EXPORT_BUDGET_SECONDS = env_float("INJECTOR_EXPORT_BUDGET_SECONDS", 60.0, minimum=0.1)
+# The GPU inventory (manage.py sync_gpu_inventory): whether admissions are checked against the node pools it
+# synced (off: against the declared GPU models only), and the vGPU device plugin's per-node ConfigMap it reads.
+INJECTOR_GPU_INVENTORY = env_bool("INJECTOR_GPU_INVENTORY", True)
+INJECTOR_GPU_NODE_CONFIG_NAMESPACE = env("INJECTOR_GPU_NODE_CONFIG_NAMESPACE", "kube-system")
+INJECTOR_GPU_NODE_CONFIG_NAME = env("INJECTOR_GPU_NODE_CONFIG_NAME", "volcano-vgpu-node-config")
 # Listening ports that serve only /mutate and the probes (the Deployment's webhook port, 8443);
 # the admin, dashboard and API are then reached on the UI port alone. Empty: every port serves all.
 INJECTOR_WEBHOOK_ONLY_PORTS = [int(p) for p in env_list("INJECTOR_WEBHOOK_ONLY_PORTS")]

@@ -32,8 +32,9 @@ from mutations.engine import (
     select_policy,
 )
 
+from .inventory.store import declared_pool_specs, gpu_node_pool_specs
 from .metrics import CONFIG_UNREADABLE, CONFIG_VERSION
-from .models import ConfigVersion, GpuModel, LanguageModel, NamespacePolicy, Preset
+from .models import ConfigVersion, GpuInventorySync, GpuModel, LanguageModel, NamespacePolicy, Preset
 
 logger = logging.getLogger("volcano_injector.config")
 
@@ -41,6 +42,15 @@ logger = logging.getLogger("volcano_injector.config")
 def config_version_get() -> int:
     """The current configuration version (0 before the first change)."""
     return ConfigVersion.objects.filter(pk=1).values_list("version", flat=True).first() or 0
+
+
+def inventory_version_get() -> int:
+    """The GPU inventory's version: the id of the last sync that changed the pools (0: none, or switched off)."""
+    if not settings.INJECTOR_GPU_INVENTORY:
+        return 0
+    # Served by the sync rows' (-finished_at) index's table: a couple of hundred rows at most.
+    return GpuInventorySync.objects.filter(succeeded=True, changed=True).order_by("-id").values_list(
+        "id", flat=True).first() or 0
 
 
 def catalog_build() -> Catalog:
@@ -60,7 +70,11 @@ def catalog_build() -> Catalog:
 
 def _catalog_read() -> Catalog:
     version = config_version_get()
-    gpu_models = {m.name: gpu_model_spec_from_row(m) for m in GpuModel.objects.all()}
+    inventory_version = inventory_version_get()
+    gpu_model_rows = list(GpuModel.objects.all())
+    gpu_models = {m.name: gpu_model_spec_from_row(m) for m in gpu_model_rows}
+    # Without a synced inventory (or with it switched off) no pool is known: the GPU models alone decide.
+    node_pools = (gpu_node_pool_specs() + declared_pool_specs(gpu_model_rows)) if inventory_version else ()
     presets = {}
     default_preset = None
     for row in Preset.objects.select_related("gpu_model"):
@@ -73,7 +87,8 @@ def _catalog_read() -> Catalog:
     )
     language_models = language_model_index(list(LanguageModel.objects.order_by("name")))
     return Catalog(presets=presets, gpu_models=gpu_models, policies=policies,
-                   default_preset=default_preset, version=version, language_models=language_models)
+                   default_preset=default_preset, version=version, language_models=language_models,
+                   node_pools=node_pools, inventory_version=inventory_version)
 
 
 def language_model_spec(row: LanguageModel) -> LanguageModelSpec:
@@ -124,6 +139,7 @@ def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
         mode=Mode(row.mode),
         default_preset=row.default_preset.name if row.default_preset is not None else None,
         allowed_presets=allowed,
+        allow_oversubscribed_serving=row.allow_oversubscribed_serving,
         max_vgpus_per_pod=row.max_vgpus_per_pod,
         max_vgpu_memory_mib=row.max_vgpu_memory_mib,
         scheduler_name=row.scheduler_name,
@@ -207,7 +223,9 @@ class CatalogCache:
     def _revalidate(self) -> None:
         try:
             version = config_version_get()
-            if self._catalog is None or version != self._catalog.version:
+            inventory = inventory_version_get()
+            if self._catalog is None or version != self._catalog.version \
+                    or inventory != self._catalog.inventory_version:
                 self._catalog = catalog_build()
                 logger.info("configuration reloaded", extra={"config_version": self._catalog.version})
             self.last_error = None

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import changes, configuration, views
+from . import changes, configuration, inventory, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -15,6 +15,8 @@ urlpatterns = [
     path("policies/<path:name>/", configuration.policy, name="policy"),
     path("presets/<str:name>/", configuration.preset, name="preset"),
     path("models/<path:name>/", configuration.language_model, name="model"),
+    path("gpu-pools/", inventory.gpu_pools, name="gpu_pools"),
+    path("gpu-pools/<str:name>/", inventory.gpu_pool, name="gpu_pool"),
     path("changes/", changes.changes, name="changes"),
     path("changes/<int:change_id>/", changes.change, name="change"),
 ]

@@ -28,6 +28,7 @@ from .specs import (
     Mode,
     MutationContext,
     MutationResult,
+    NodePoolSpec,
     PodVerdict,
     PolicySpec,
     PresetSpec,
@@ -41,8 +42,8 @@ from .specs import (
 __all__ = [
     "ANN_PRESET", "ANN_SKIP", "BUILTIN_POLICY", "GPU_RESOURCE",
     "AdmissionRequest", "BadReview", "Catalog", "ContainerGrant", "Decision", "Denial", "GpuModelSpec", "GroupLeader",
-    "JsonObject",
-    "Knobs", "LanguageModelSpec", "Mode", "MutationContext", "MutationResult", "Need", "PodVerdict", "PolicySpec",
+    "JsonObject", "Knobs", "LanguageModelSpec", "Mode", "MutationContext", "MutationResult", "Need", "NodePoolSpec",
+    "PodVerdict", "PolicySpec",
     "PresetSpec",
     "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand", "UnknownModel",
     "catalog_mark", "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",

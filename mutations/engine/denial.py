@@ -20,6 +20,8 @@ RULES = {
     "gpu.card_memory": "a vGPU cannot have more memory than its card",
     "volcano.value": "vGPU values must be ones Volcano's scheduler can read",
     "pod.shape": "the Pod must have a shape volcano-injector can convert",
+    "cluster.shape": "the Pod's vGPU shape must fit a GPU node it can be scheduled on",
+    "cluster.oversubscribed": "a serving engine that preallocates memory must fit the card's physical memory",
 }
 
 

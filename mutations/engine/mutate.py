@@ -26,6 +26,7 @@ from .annotations import (
     ANN_APPLIED_SOURCE,
     ANN_APPLIED_VGPU_MEMORY,
     ANN_GPU_TYPE,
+    ANN_PRESET,
     ANN_SKIP,
     ANN_VGPU_CORES,
     annotation_read,
@@ -35,9 +36,11 @@ from .checks import pod_size_check, policy_limit_violations, privileged_check, p
 from .defaults import cpu_memory_fill
 from .denial import Denial
 from .explain import denial_explain
+from .placement import placement_card, placement_violations
 from .pod import Container, asks_for_gpu, containers_read, has_vgpu, resource_map, resources_store, working_copy
 from .quantity import QuantityError, parse_quantity
 from .scheduling import budget_notes, priority_class_apply, queue_apply
+from .selection import pools_for_pod
 from .sizing import Sizing, sizing_decide
 from .specs import (
     GPU_RESOURCE,
@@ -138,12 +141,17 @@ class _Mutation:
             raise Denial("spec", "spec must be an object with containers")
         containers = containers_read(spec)
         to_convert = [c for c in containers if asks_for_gpu(c)]
+        # The node pools the Pod can land on (a cached lookup; None without an inventory).
+        pools = pools_for_pod(spec=spec, catalog=self.catalog) if self.catalog.node_pools else None
         sizing = None
         if to_convert:
             try:
+                pool_card = placement_card(pools=pools, annotations=self.annotations, catalog=self.catalog) \
+                    if pools else None
                 sizing = sizing_decide(annotations=self.annotations, policy=self.policy, catalog=self.catalog,
                                        warnings=self.warnings, containers=to_convert,
-                                       metadata=self.pod.get("metadata") or {}, group_leader=self.ctx.group_leader)
+                                       metadata=self.pod.get("metadata") or {}, group_leader=self.ctx.group_leader,
+                                       pool_card=pool_card)
                 for container in to_convert:
                     self._convert(container, sizing)
             except Denial as denial:  # the user learns every rule the Pod breaks at once, not one per try
@@ -154,6 +162,12 @@ class _Mutation:
         if is_gpu_pod:
             problems = privileged_violations(spec=spec, containers=containers, policy=self.policy)
             problems += policy_limit_violations(gpu_containers=gpu_containers, policy=self.policy)
+            if pools is not None and not problems:
+                # After the pin: use-gputype as the admitted Pod will carry it.
+                problems += placement_violations(pools=pools, spec=spec,
+                                                 annotations=self._admitted_annotations(sizing),
+                                                 containers=gpu_containers, policy=self.policy,
+                                                 warnings=self.warnings, pinned_by=self._pinned_by(sizing))
             if problems:
                 raise Denial.of(problems, sizing=sizing)
             defaults = sizing.resources if sizing else self.policy.resources
@@ -313,9 +327,26 @@ class _Mutation:
         self.priority_class = priority_class_apply(pod=self.pod, policy=self.policy, preset=preset,
                                                    warnings=self.warnings)
 
+    def _admitted_annotations(self, sizing: Sizing | None) -> JsonObject:
+        """The Pod's annotations with the use-gputype pin _pin_gpu_model will add (Volcano matches the card by it)."""
+        card = sizing.gpu_model if sizing is not None and self.grants and not sizing.card_from_pool else None
+        if card is None or USE_GPUTYPE in self.annotations:
+            return self.annotations
+        return {**self.annotations, USE_GPUTYPE: card.match}
+
+    def _pinned_by(self, sizing: Sizing | None) -> tuple[str, str] | None:
+        """(field, words) of what the use-gputype pin comes from, when the webhook adds one."""
+        if self._admitted_annotations(sizing) is self.annotations or sizing is None or sizing.gpu_model is None:
+            return None
+        if annotation_read(self.annotations, ANN_GPU_TYPE) is not None:
+            return f"metadata.annotations[{ANN_GPU_TYPE}]", f"{ANN_GPU_TYPE} {sizing.gpu_model.name!r}"
+        preset = sizing.preset.name if sizing.preset else "?"
+        return (f"metadata.annotations[{ANN_PRESET}]",
+                f"preset {preset!r} (GPU model {sizing.gpu_model.name!r})")
+
     def _pin_gpu_model(self, sizing: Sizing) -> None:
         card = sizing.gpu_model
-        if card is None:
+        if card is None or sizing.card_from_pool:
             return
         annotations = self.pod["metadata"].setdefault("annotations", {})
         current = annotations.get(USE_GPUTYPE)

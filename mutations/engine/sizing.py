@@ -62,6 +62,8 @@ class Sizing:
     # The container whose serving command decided the memory, and how its need added up.
     serving_container: str | None = None
     serving_explanation: JsonObject | None = None
+    # The card is the one pool the Pod can land on (placement.py), not one it named: it is not pinned.
+    card_from_pool: bool = False
 
 
 def estimate_model_vram_mib(size_b: float, bytes_per_parameter: float, gpus: int = 1) -> int:
@@ -74,18 +76,22 @@ def estimate_model_vram_mib(size_b: float, bytes_per_parameter: float, gpus: int
 
 def sizing_decide(*, annotations: JsonObject, policy: PolicySpec, catalog: Catalog, warnings: list[str],
                   containers: Sequence[Container] = (), metadata: JsonObject | None = None,
-                  group_leader: GroupLeader | None = None) -> Sizing:
+                  group_leader: GroupLeader | None = None, pool_card: GpuModelSpec | None = None) -> Sizing:
     """The size every converted container of the Pod gets; appends what the user should know to `warnings`.
     `containers`: the ones asking for GPUs (their count and serving command take part in the size); `metadata`:
-    the Pod's (serving groups, env from fieldRef); `group_leader`: a serving group worker's leader grant."""
-    return _Decider(annotations, policy, catalog, warnings, list(containers), metadata or {}, group_leader).decide()
+    the Pod's (serving groups, env from fieldRef); `group_leader`: a serving group worker's leader grant;
+    `pool_card`: the card of the one kind of node the Pod can land on, when the inventory says so."""
+    return _Decider(annotations, policy, catalog, warnings, list(containers), metadata or {}, group_leader,
+                    pool_card).decide()
 
 
 class _Decider:
     def __init__(self, annotations: JsonObject, policy: PolicySpec, catalog: Catalog, warnings: list[str],
-                 containers: list[Container], metadata: JsonObject, group_leader: GroupLeader | None):
+                 containers: list[Container], metadata: JsonObject, group_leader: GroupLeader | None,
+                 pool_card: GpuModelSpec | None = None):
         self.metadata = metadata
         self.group_leader = group_leader
+        self.pool_card = pool_card
         self.annotations = annotations
         self.policy = policy
         self.catalog = catalog
@@ -106,6 +112,8 @@ class _Decider:
         explicit_memory = self._annotation(ANN_VGPU_MEMORY)
         percentage = self._annotation(ANN_VGPU_MEMORY_PERCENTAGE)
         card = gpu_model or (preset.gpu_model if preset else None)
+        from_pool = card is None and self.pool_card is not None
+        card = card or self.pool_card
         serving = None
         if (explicit_memory is None and percentage is None and self.policy.infer_from_serving
                 and self._annotation(ANN_PRESET) is None and self._annotation(ANN_MODEL_SIZE) is None):
@@ -149,7 +157,7 @@ class _Decider:
         if preset is not None:
             resources = resources.overlaid_by(preset.resources)
         return Sizing(preset, source, memory_mib, cores, card, resources,
-                      serving.container if serving else None, serving.explanation if serving else None)
+                      serving.container if serving else None, serving.explanation if serving else None, from_pool)
 
     def _serving_pod(self) -> ServingPod:
         return ServingPod(metadata=self.metadata, pinned_model=self._annotation(ANN_MODEL), leader=self.group_leader,
@@ -164,8 +172,11 @@ class _Decider:
         """The card an estimate is capped at: the default preset's GPU model, else the largest known card.
 
         A vGPU larger than every card in the cluster could never be placed, so with no card named
-        the estimate is capped at the largest one configured.
+        the estimate is capped at the largest one configured; a Pod that can land on one kind of card only
+        (the inventory's pools) is capped at that one.
         """
+        if self.pool_card is not None:
+            return self.pool_card
         for name in (self.policy.default_preset, self.catalog.default_preset):
             preset = self.catalog.presets.get(name) if name else None
             if preset is not None and preset.gpu_model is not None:

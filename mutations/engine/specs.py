@@ -20,6 +20,9 @@ VGPU_MEMORY = "volcano.sh/vgpu-memory"
 VGPU_CORES = "volcano.sh/vgpu-cores"
 VOLCANO_RESOURCES = (VGPU_NUMBER, VGPU_MEMORY, VGPU_CORES)
 USE_GPUTYPE = "nvidia.com/use-gputype"
+NOUSE_GPUTYPE = "nvidia.com/nouse-gputype"
+VGPU_MODE = "volcano.sh/vgpu-mode"
+VGPU_MEMORY_PERCENTAGE = "volcano.sh/vgpu-memory-percentage"
 
 # A JSON object as the API server sends it: a Pod, an AdmissionReview, or a part of one.
 JsonObject: TypeAlias = dict[str, Any]
@@ -59,6 +62,45 @@ class GpuModelSpec:
     name: str
     memory_mib: int
     match: str
+
+
+@dataclass(frozen=True)
+class NodePoolSpec:
+    """GPU nodes alike for Volcano's scheduler: the same card, card count, memory, mode, labels and taints.
+
+    Read from the cluster by `manage.py sync_gpu_inventory` (mutations/engine/inventory.py groups them).
+    `declared`: a GPU model an operator declared that no node carries today (a pool that may scale from
+    zero): its card count is unknown (0) and its labels are the ones declared for it, if any.
+    """
+
+    name: str
+    card_type: str
+    cards_per_node: int
+    registered_memory_mib: int
+    physical_memory_mib: int | None = None
+    nodes: int = 1
+    memory_scaling: float = 1.0
+    split_count: int = 10
+    mode: str = "hami-core"
+    # Labels every node of the pool carries, and (key, values) of those that differ from node to node.
+    labels: tuple[tuple[str, str], ...] = ()
+    varying_labels: tuple[tuple[str, frozenset[str]], ...] = ()
+    # (key, value, effect) of the NoSchedule and NoExecute taints its nodes carry.
+    taints: tuple[tuple[str, str, str], ...] = ()
+    # The GPU model (Catalog.gpu_models) its card is, when one is.
+    gpu_model: str | None = None
+    declared: bool = False
+
+    @property
+    def oversubscribed(self) -> bool:
+        """Whether its cards register more memory than they have (devicememoryscaling > 1)."""
+        return self.physical_memory_mib is not None and self.registered_memory_mib > self.physical_memory_mib
+
+    def label(self, key: str) -> str | None:
+        for name, value in self.labels:
+            if name == key:
+                return value
+        return None
 
 
 @dataclass(frozen=True)
@@ -148,6 +190,9 @@ class PolicySpec:
     kv_cache_sequences: int = 1
     # A serving Pod whose model is not in the catalog, or cannot be read at all: admitted with a warning, or denied.
     unknown_model: UnknownModel = UnknownModel.WARN
+    # A serving engine that preallocates its memory (vLLM, SGLang, TGI) on a slice larger than the card's
+    # physical memory (an oversubscribed pool): admitted with a warning when True, denied when False.
+    allow_oversubscribed_serving: bool = False
 
     @property
     def is_pattern(self) -> bool:
@@ -193,6 +238,11 @@ class Catalog:
     version: int = 0
     # The model catalog by match key (mutations.engine.inference.model_key of each name and alias).
     language_models: dict[str, LanguageModelSpec] = field(default_factory=dict)
+    # The GPU node pools the cluster has (manage.py sync_gpu_inventory), declared ones that scale from zero
+    # after them; empty without an inventory (not synced yet, or switched off): the GPU models alone decide.
+    node_pools: tuple[NodePoolSpec, ...] = ()
+    # The GPU inventory's version (the last sync that changed the pools): a change rebuilds cached Catalogs.
+    inventory_version: int = 0
 
     # presets_serving's answers by size (a Catalog is never edited, so they stay true); bounded.
     _serving: dict[float, tuple[PresetSpec, ...]] = field(default_factory=dict, init=False, repr=False,

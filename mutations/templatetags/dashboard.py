@@ -98,3 +98,12 @@ def history_row(row: Any) -> SafeString:
         f'<td class="num muted">{row.duration_ms:.1f}</td>'
         "</tr>"
     )
+
+
+@register.filter
+def thousands(value: Any) -> str:
+    """A whole number with thousands separators (23034 -> 23,034), as the denials write MiB."""
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return str(value)

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
 from profiles.catalog import catalog_cache, catalog_current
+from profiles.inventory.metrics import GpuInventoryCollector
 
 from ..audit.unconverted import UnconvertedScanCollector
 from ..engine import admission
@@ -156,8 +157,11 @@ def readyz(request):
 # The last scan for unconverted GPU Pods, read from the database (written by a CronJob, not by these
 # processes): its own registry, exported after the process metrics.
 unconverted_scan_metrics = UnconvertedScanCollector()
+# The GPU inventory's last sync (written by its CronJob), likewise.
+gpu_inventory_metrics = GpuInventoryCollector()
 _database_metrics = CollectorRegistry()
 _database_metrics.register(unconverted_scan_metrics)
+_database_metrics.register(gpu_inventory_metrics)
 
 
 @require_GET

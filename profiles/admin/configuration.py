@@ -98,10 +98,12 @@ class RefusingDeleteMixin(_ModelAdmin):
 class GpuModelAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
     form = GpuModelForm
     change_form_template = "admin/profiles/change_form_impact.html"
-    list_display = ["name", "memory", "match", "presets_count"]
+    list_display = ["name", "memory", "match", "in_cluster", "presets_count"]
+    list_filter = ["in_cluster", "discovered"]
     search_fields = ["name", "match", "description"]
     ordering = ["name"]
-    readonly_fields = ["created_at", "updated_at"]
+    # Kept in step with the cluster by sync_gpu_inventory, not typed in.
+    readonly_fields = ["in_cluster", "discovered", "physical_memory_mib", "created_at", "updated_at"]
 
     def get_queryset(self, request):
         return gpu_model_list()
@@ -204,7 +206,8 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
     fieldsets = [
         (None, {"fields": ["namespace", "description", "mode", "audit"]}),
         ("Presets", {"fields": ["default_preset", "allowed_presets"]}),
-        ("Limits", {"fields": ["max_vgpus_per_pod", "max_vgpu_memory_mib", "deny_privileged"]}),
+        ("Limits", {"fields": ["max_vgpus_per_pod", "max_vgpu_memory_mib", "deny_privileged",
+                               "allow_oversubscribed_serving"]}),
         ("Scheduler", {"fields": ["scheduler_name", "scheduler_scope"]}),
         ("Sizing from the serving command", {
             "fields": ["infer_from_serving", "kv_cache_sequences", "unknown_model"],

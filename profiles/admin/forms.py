@@ -48,7 +48,7 @@ def form_problems_add(form: forms.ModelForm, problems: dict[str, list[str]]) -> 
 class GpuModelForm(forms.ModelForm):
     class Meta:
         model = GpuModel
-        fields = ["name", "memory_mib", "match", "description"]
+        fields = ["name", "memory_mib", "match", "description", "node_labels"]
 
     # ModelForm's private hooks (_post_clean, _get_validation_exclusions) are left out of django-stubs.
     def _post_clean(self):
@@ -120,7 +120,7 @@ class NamespacePolicyForm(forms.ModelForm):
             "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope", "cpu_request", "cpu_limit",
             "memory_request", "memory_limit", "deny_privileged", "default_queue", "allowed_queues",
             "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number", "infer_from_serving",
-            "kv_cache_sequences", "unknown_model",
+            "kv_cache_sequences", "unknown_model", "allow_oversubscribed_serving",
         ]
 
     def _post_clean(self):

@@ -47,9 +47,10 @@ class GpuModelSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = GpuModel
-        fields = ["id", "name", "memory_mib", "match", "description", "presets_count", "created_at", "updated_at",
-                  "history"]
-        read_only_fields = ["created_at", "updated_at"]
+        fields = ["id", "name", "memory_mib", "match", "description", "node_labels", "in_cluster", "discovered",
+                  "physical_memory_mib", "presets_count", "created_at", "updated_at", "history"]
+        # Kept in step with the cluster by sync_gpu_inventory.
+        read_only_fields = ["in_cluster", "discovered", "physical_memory_mib", "created_at", "updated_at"]
 
     def get_history(self, instance) -> str | None:
         return _history_url(self, instance)
@@ -134,7 +135,8 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
             "max_vgpus_per_pod", "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope",
             "cpu_request", "cpu_limit", "memory_request", "memory_limit", "deny_privileged",
             "default_queue", "allowed_queues", "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number",
-            "infer_from_serving", "kv_cache_sequences", "unknown_model", "created_at", "updated_at", "history",
+            "infer_from_serving", "kv_cache_sequences", "unknown_model", "allow_oversubscribed_serving", "created_at",
+            "updated_at", "history",
         ]
         read_only_fields = ["created_at", "updated_at"]
 

@@ -4,7 +4,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from . import changes, language_models, views
+from . import changes, inventory, language_models, views
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -13,6 +13,7 @@ router.register("gpu-models", views.GpuModelViewSet, basename="gpu-model")
 router.register("namespace-policies", views.NamespacePolicyViewSet, basename="namespace-policy")
 router.register("models", language_models.LanguageModelViewSet, basename="language-model")
 router.register("changes", changes.ObjectChangeViewSet, basename="change")
+router.register("gpu-nodes", inventory.GpuNodeViewSet, basename="gpu-node")
 
 urlpatterns = [
     path("preview/", views.PodPreviewView.as_view(), name="pod-preview"),

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('profiles', '0007_change_log'),
+        ('profiles', '0001_squashed_0007_configuration'),
     ]
 
     operations = [

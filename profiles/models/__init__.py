@@ -13,6 +13,7 @@ from .base import (
 )
 from .changes import ObjectChange
 from .gpu_models import GpuModel
+from .inventory import GpuInventorySync, GpuNode, GpuNodePool
 from .language_models import WEIGHT_DTYPES, LanguageModel
 from .policies import NamespacePolicy, NamespaceQuota
 from .presets import Preset
@@ -21,6 +22,7 @@ from .versions import ConfigVersion
 
 __all__ = [
     "KUBE_NAME_PATTERN", "WEIGHT_DTYPES",
-    "ApiToken", "ConfigVersion", "GpuModel", "LanguageModel", "NamespacePolicy", "NamespaceQuota", "ObjectChange",
+    "ApiToken", "ConfigVersion", "GpuInventorySync", "GpuModel", "GpuNode", "GpuNodePool", "LanguageModel",
+    "NamespacePolicy", "NamespaceQuota", "ObjectChange",
     "Preset", "TimestampedModel", "kube_name_validator", "namespace_pattern_validator", "quantity_validator",
 ]

@@ -19,6 +19,18 @@ class GpuModel(TimestampedModel):
         help_text="The substring Volcano matches against the card name in nvidia.com/use-gputype, e.g. A100.",
     )
     description = models.TextField(blank=True)
+    # Kept in step with the cluster by manage.py sync_gpu_inventory (profiles.inventory.store).
+    in_cluster = models.BooleanField(
+        default=False, help_text="A node of the cluster has this card (the last good GPU inventory); a model no "
+                                 "node has stays, for a pool that scales from zero.")
+    discovered = models.BooleanField(default=False, help_text="Created by the GPU inventory sync, not by an operator.")
+    physical_memory_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The card's own memory when the device plugin registers more "
+                                         "(devicememoryscaling > 1); empty when they are the same.")
+    node_labels = models.JSONField(
+        default=dict, blank=True, help_text="Labels of the nodes that will carry it, for a pool that scales from "
+                                            "zero (no node today): Pods selecting these labels are checked against "
+                                            "this card. Empty: only Pods that select no nodes are.")
 
     class Meta:
         ordering = ["name"]

@@ -67,6 +67,10 @@ class NamespacePolicy(TimestampedModel):
         help_text="vGPU count budget per namespace: a ResourceQuota on requests.volcano.sh/vgpu-number written by "
                   "manage.py sync_quotas. Empty: no count budget.",
     )
+    allow_oversubscribed_serving = models.BooleanField(
+        default=False, help_text="Admit a serving engine that preallocates its memory (vLLM, SGLang, TGI) with a slice "
+                                 "larger than the card's physical memory on an oversubscribed node pool "
+                                 "(devicememoryscaling > 1; the rest is host memory). Off: such Pods are denied.")
     infer_from_serving = models.BooleanField(
         default=True,
         help_text="Size GPU Pods that name no size from their serving command (vLLM, SGLang, TGI, llama.cpp, "

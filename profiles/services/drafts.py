@@ -138,5 +138,7 @@ def draft_catalog(*, draft: Draft, catalog: Catalog | None = None) -> Catalog:
         if not draft.delete:
             allowed = frozenset(p.name for p in draft.allowed_presets or ())
             policies.append(dataclasses.replace(policy_spec_from_row(row), allowed_presets=allowed))
+    # The node pools as the cluster has them (a draft GPU model's own declared pool is not rebuilt here).
     return Catalog(presets=presets, gpu_models=gpu_models, policies=tuple(policies), default_preset=default,
-                   version=-1, language_models=language_models)
+                   version=-1, language_models=language_models, node_pools=catalog.node_pools,
+                   inventory_version=catalog.inventory_version)

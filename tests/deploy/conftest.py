@@ -30,12 +30,14 @@ COMPONENT_COMBINATIONS = [
     ("components/monitoring",),
     ("components/unconverted-pods",),
     ("components/monitoring", "components/unconverted-pods"),
+    ("components/gpu-inventory",),
     ("components/cloudnative-pg", "components/cloudnative-pg-backup"),
     ("components/quotas", "components/cloudnative-pg"),
     ("components/serving-groups",),
 ]
 TRIAL_COMPONENT_COMBINATIONS = [
     ("components/quotas",),
+    ("components/gpu-inventory",),
 ]
 
 

@@ -38,7 +38,8 @@ PAGES = textwrap.dedent("""
     for path in ["/dashboard/", "/dashboard/?window=90d", "/dashboard/history/",
                  "/dashboard/history/?user=alice%40example.com&reason=too", "/dashboard/history.csv",
                  row.get_absolute_url(), f"/dashboard/admissions/{row.id}/", "/dashboard/rehearsal/?namespace=team-a",
-                 "/dashboard/changes/", "/api/v1/audit/", f"/api/v1/audit/{row.id}/", "/api/v1/changes/"]:
+                 "/dashboard/changes/", "/api/v1/audit/", f"/api/v1/audit/{row.id}/", "/api/v1/changes/",
+                 "/dashboard/gpu-pools/", "/api/v1/gpu-nodes/?label=pool%3Da100&has_problems=true"]:
         response = client.get(path)
         body = b"".join(response.streaming_content) if response.streaming else response.content
         assert response.status_code == 200, (path, response.status_code, body[:500])
@@ -58,4 +59,4 @@ def test_the_dashboard_and_audit_api_answer_on_the_development_sqlite_database(t
     result = subprocess.run([sys.executable, "-c", PAGES], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    assert result.stdout.count("ok ") == 12
+    assert result.stdout.count("ok ") == 14

@@ -31,6 +31,8 @@ BUILD_NAMES = [
     "overlays/production+monitoring",
     "overlays/production+unconverted-pods",
     "overlays/production+monitoring+unconverted-pods",
+    "overlays/production+gpu-inventory",
+    "overlays/trial+gpu-inventory",
     "overlays/cloudnative-pg",
     "overlays/production+cloudnative-pg+cloudnative-pg-backup",
     "overlays/production+quotas+cloudnative-pg",
@@ -128,12 +130,20 @@ def test_cert_manager_objects_have_their_required_fields(build):
     assert ca_issuer_secrets == ca_cert_secrets
 
 
+# The one exception: the GPU inventory's permission to read the vGPU device plugin's ConfigMap lives where
+# that ConfigMap does (deploy/components/gpu-inventory).
+ELSEWHERE = {("Role", "volcano-injector-gpu-inventory"): "kube-system",
+             ("RoleBinding", "volcano-injector-gpu-inventory"): "kube-system"}
+
+
 def test_every_namespaced_object_is_in_the_injector_namespace(build):
     name, objects = build
     cluster_scoped = {"Namespace", "MutatingWebhookConfiguration", "ClusterRole", "ClusterRoleBinding"}
     for obj in objects:
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"]
+        elif (obj["kind"], obj["metadata"]["name"]) in ELSEWHERE:
+            assert obj["metadata"].get("namespace") == ELSEWHERE[(obj["kind"], obj["metadata"]["name"])]
         else:
             assert obj["metadata"].get("namespace") == NAMESPACE, f"{obj['kind']}/{obj['metadata']['name']}"
     assert find_object(objects, "Namespace", NAMESPACE)
@@ -577,8 +587,9 @@ def test_quota_rbac_reaches_only_namespaces_and_its_own_quotas(builds, name):
 
 
 def test_builds_without_a_component_that_reads_the_api_grant_no_api_access(build):
-    """Only the quotas and unconverted-pods components grant API access, each to its own CronJob's account, and
-    serving-groups to the webhook's account (get on Pods: test_serving_groups_let_the_webhook_get_pods_only)."""
+    """Only the quotas, unconverted-pods and gpu-inventory components grant API access, each to its own CronJob's
+    account, and serving-groups to the webhook's account (get on Pods:
+    test_serving_groups_let_the_webhook_get_pods_only)."""
     name, objects = build
     rbac = [o for o in objects if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
     granted_to = {s["name"] for o in rbac if o["kind"].endswith("Binding") for s in o["subjects"]}
@@ -589,6 +600,8 @@ def test_builds_without_a_component_that_reads_the_api_grant_no_api_access(build
         expected.add("volcano-injector-unconverted-pods")
     if "serving-groups" in name:
         expected.add(NAME)
+    if "gpu-inventory" in name:
+        expected.add("volcano-injector-gpu-inventory")
     assert granted_to == expected
     assert bool(rbac) == bool(expected)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,6 +38,7 @@ class _Route:
     query: dict[str, str]
     status: int
     body: dict
+    delay_seconds: float = 0.0
 
 
 class KubeApiReplay:
@@ -53,12 +55,13 @@ class KubeApiReplay:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def on(self, method: str, path: str, body: dict | str, status: int = 200, *,
-           query: dict[str, str] | None = None) -> KubeApiReplay:
+           query: dict[str, str] | None = None, delay_seconds: float = 0.0) -> KubeApiReplay:
         """Answer `method path` with `body` (a dict, or a fixture's name) and `status`, whatever the query;
         with `query`, only requests carrying those parameters (a list's next page: {"continue": token}).
-        Routes with a query are tried first, then the one without; a route given again replaces the old one."""
+        Routes with a query are tried first, then the one without; a route given again replaces the old one.
+        `delay_seconds`: wait that long before answering (a server that times the client out)."""
         routes = [r for r in self.routes.get((method, path), []) if r.query != (query or {})]
-        routes.append(_Route(query or {}, status, fixture(body) if isinstance(body, str) else body))
+        routes.append(_Route(query or {}, status, fixture(body) if isinstance(body, str) else body, delay_seconds))
         self.routes[(method, path)] = routes
         routes.sort(key=lambda route: -len(route.query))
         return self
@@ -66,6 +69,8 @@ class KubeApiReplay:
     def _answer(self, method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict]:
         for route in self.routes.get((method, path), []):
             if all(query.get(key) == [value] for key, value in route.query.items()):
+                if route.delay_seconds:
+                    time.sleep(route.delay_seconds)
                 return route.status, route.body
         return 404, _not_found(path)
 
@@ -105,7 +110,10 @@ class KubeApiReplay:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (a timeout test)
+                    pass
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
 
