@@ -5,6 +5,12 @@ The worker's main loop reads requests without blocking and hands a thread only a
 the end of the head, Content-Length, chunked Transfer-Encoding. Everything else, and every
 malformed request, is left to gunicorn's parser in the thread, which answers 400: a request this
 cannot frame is handed over at once, to be closed after its answer (READY_CLOSE).
+
+One rule holds for every way a request declares its length: the thread's parser reads only the
+bytes buffered here, never the socket (request_gate.py), so whatever this frame decided, a thread
+never waits for a client. A length this cannot bound (a body over the cap, a chunk-size line over
+1 KiB without its CRLF, trailers over 64 KiB, framing gunicorn refuses) is answered from what has
+arrived and the connection closed; the rest of its bytes are never read.
 """
 
 from __future__ import annotations
@@ -84,14 +90,17 @@ class RequestFrame:
         if not lengths:
             self._verdict = READY  # no body
             return
-        # bytes.isdigit() is ASCII only; several or odd values are gunicorn's 400 to give.
-        if len(lengths) > 1 or not lengths[0].isdigit() or len(lengths[0]) > 18:
+        # bytes.isdigit() is ASCII only; several or odd values are gunicorn's 400 to give. gunicorn reads
+        # any number of leading zeros as the number they pad, and so does this: a length is its value,
+        # however it is spelt, so a zero-padded small length is waited for here like any other.
+        if len(lengths) > 1 or not lengths[0].isdigit():
             self._verdict = READY_CLOSE
             return
-        length = int(lengths[0])
-        if length > self.max_body_bytes:
+        digits = lengths[0].lstrip(b"0")
+        if len(digits) > 18 or int(digits or b"0") > self.max_body_bytes:
             self._verdict = READY_CLOSE
             return
+        length = int(digits or b"0")
         self._needed = (self._body_start or 0) + length  # set by state() before it reads the head
 
     def _chunked_state(self) -> str:
@@ -104,9 +113,12 @@ class RequestFrame:
             if line_end < 0:
                 return READY_CLOSE if len(buffer) - at > 1024 else WAIT
             size_text = bytes(buffer[at:line_end]).split(b";", 1)[0].strip()
-            if not size_text or len(size_text) > 16 or size_text.strip(b"0123456789abcdefABCDEF"):
+            if not size_text or size_text.strip(b"0123456789abcdefABCDEF"):
                 return READY_CLOSE
-            size = int(size_text, 16)
+            digits = size_text.lstrip(b"0")  # leading zeros pad the size, as for gunicorn
+            if len(digits) > 16:
+                return READY_CLOSE
+            size = int(digits or b"0", 16)
             if size == 0:  # the last chunk, then trailer lines up to an empty one
                 if buffer.find(b"\r\n\r\n", line_end) >= 0:
                     return READY

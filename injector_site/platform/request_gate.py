@@ -7,8 +7,9 @@ thread of a 2 workers x 2 threads server: /mutate, the probes and the UI stopped
 keep-alive connections included, and gunicorn's worker timeout never fired (the main loop still
 ran). Here the worker's main loop, which polls every socket anyway, does the TLS handshake and
 reads the request itself, without blocking; a thread gets a connection only once its request,
-head and body, is in memory (injector_site/platform/framing.py says when). So a slow client costs a socket
-and a buffer, never a thread.
+head and body, is in memory (injector_site/platform/framing.py says when), and its parser reads that
+buffer, never the socket: a request whose length the frame cannot bound (however it is spelt) is
+answered from what arrived and closed. So a slow client costs a socket and a buffer, never a thread.
 
 Bounds, per worker:
 - a connection must complete its request within `request_read_seconds` of being accepted, or of
@@ -28,7 +29,6 @@ docs/availability.md.
 from __future__ import annotations
 
 import errno
-import io
 import selectors
 import socket
 import ssl
@@ -39,12 +39,12 @@ from concurrent.futures import Future
 from functools import partial
 from typing import TYPE_CHECKING
 
-from gunicorn import http
 from gunicorn import sock as gunicorn_sock
 from gunicorn.config import Config
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from .framing import HEAD_TOO_LARGE, READY, READY_CLOSE, WAIT, RequestFrame
+from .gthread_internals import buffered_parser, parser_feed, parser_unparsed_take
 
 if TYPE_CHECKING:
     from gunicorn._types import _AddressType  # the stubs' name for a listener's address
@@ -76,7 +76,8 @@ class GatedThreadWorker(ThreadWorker):
     max_pending = 256
     pending_buffer_bytes = 24 * 1024 * 1024
 
-    # gthread's own attributes and method (gunicorn 23), which its type stubs do not declare.
+    # gthread's own attributes and method (gunicorn 23), which its type stubs do not declare; what the
+    # gate uses of gthread is listed in gthread_internals.py, and tested against the installed gunicorn.
     _lock: threading.RLock
     _keep: deque[TConn]
     if TYPE_CHECKING:
@@ -178,11 +179,13 @@ class GatedThreadWorker(ThreadWorker):
     def _dispatch(self, conn: GatedConn, *, close_after: bool) -> None:
         self._pending_remove(conn)
         conn.close_after = close_after
-        # Blocking again, for the thread; anything it still reads or writes has a deadline too.
+        # Blocking again, for the thread, which only writes to it (the answer): with a deadline too.
         conn.sock.settimeout(self.request_read_seconds)
         if conn.parser is None:
-            conn.parser = http.RequestParser(self.cfg, conn.sock, conn.client)
-        conn.parser.unreader.unread(conn.frame.take())
+            # The thread's parser reads what the main loop buffered, never the socket: a request the
+            # frame handed over before its end (READY_CLOSE) is answered from what arrived.
+            conn.parser = buffered_parser(self.cfg, conn.client)
+        parser_feed(conn.parser, conn.frame.take())
         conn.initialized = True
         self._wrap_future(self.tpool.submit(self.handle, conn), conn)
 
@@ -207,15 +210,13 @@ class GatedThreadWorker(ThreadWorker):
             if message is not None and message.body is not None:  # a body the app did not read, in memory
                 while message.body.read(READ_CHUNK_BYTES):
                     pass
-            unreader = conn.parser.unreader
-            rest = unreader.buf.getvalue()  # gunicorn 23's Unreader: what was read but not parsed
-            unreader.buf = io.BytesIO()
+            rest = parser_unparsed_take(conn.parser)
             if not rest:
                 return True, conn
             state = conn.frame.feed(rest)
             if state in (READY, READY_CLOSE):
                 conn.close_after = state == READY_CLOSE
-                unreader.unread(conn.frame.take())
+                parser_feed(conn.parser, conn.frame.take())
                 continue
             return state == WAIT, conn
 

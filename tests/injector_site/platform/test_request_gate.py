@@ -16,6 +16,7 @@ import pytest
 
 from injector_site.platform.framing import HEAD_TOO_LARGE, READY, READY_CLOSE, WAIT, RequestFrame
 from tests.support import pods
+from tests.support.hostile import MUTATE_HEAD, HostileClients, mutate_seconds, p99, trickle
 from tests.support.tls import client_context, make_dev_certs
 
 # --- framing: when a buffered request is whole -----------------------------------------------------
@@ -41,6 +42,22 @@ HEAD = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
     pytest.param(HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", READY_CLOSE, id="a chunk size that is none"),
     pytest.param(HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", READY_CLOSE, id="both framings"),
     pytest.param(b"GET / HTTP/1.1\r\nCookie: " + b"x" * 70_000, HEAD_TOO_LARGE, id="a head over 64 KiB"),
+    # Every spelling of a length is read as its value (as gunicorn reads it), and waited for like any other.
+    pytest.param(HEAD + b"Content-Length: 0000000000000000010\r\n\r\n12345", WAIT, id="a zero-padded length"),
+    pytest.param(HEAD + b"Content-Length: 0000000000000000010\r\n\r\n1234567890", READY,
+                 id="a zero-padded length, whole"),
+    pytest.param(HEAD + b"CONTENT-LENGTH:   10  \r\n\r\n12345", WAIT, id="a length in capitals, padded with spaces"),
+    pytest.param(HEAD + b"Content-Length: 1000000000000000000\r\n\r\n", READY_CLOSE, id="a 19-digit length"),
+    pytest.param(HEAD + b"Transfer-Encoding: chunked\r\n\r\n0000000000000000a\r\n12345", WAIT,
+                 id="a 17-hex-digit chunk size"),
+    pytest.param(HEAD + b"Transfer-Encoding: chunked\r\n\r\n0000000000000000a;x=y\r\n1234567890\r\n0\r\n\r\n",
+                 READY, id="a 17-hex-digit chunk size with an extension, whole"),
+    pytest.param(HEAD + b"Transfer-Encoding: chunked\r\n\r\n10000000000000000\r\n", READY_CLOSE,
+                 id="a 17-hex-digit chunk size over the cap"),
+    pytest.param(HEAD + b"Transfer-Encoding: chunked\r\n\r\n5;" + b"x" * 1100, READY_CLOSE,
+                 id="a chunk-size line over 1 KiB without its end"),
+    pytest.param(HEAD + b"Transfer-Encoding: chunked\r\n\r\n0\r\nX: " + b"x" * 70_000, READY_CLOSE,
+                 id="trailers over 64 KiB"),
 ])
 def test_a_request_is_ready_only_when_its_head_and_body_are_whole(data, state):
     assert RequestFrame(max_body_bytes=1000).feed(data) == state
@@ -197,3 +214,33 @@ def test_pipelined_requests_are_all_answered(tls_server):
         while received.count(b"\r\n\r\nok\n") < 3 and time.monotonic() < deadline:
             received += tls.recv(65536)
         assert received.count(b"HTTP/1.1 200 OK") == 3 and received.count(b"\r\n\r\nok\n") == 3, received
+
+
+# --- every way of declaring a length, trickled by 4 clients: /mutate still answers within 1 s ----------
+
+CHUNKED_HEAD = MUTATE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
+HOSTILE_FRAMINGS = [
+    pytest.param(MUTATE_HEAD + b"Content-Length: 0000000000000100000\r\n\r\n{", id="zero-padded 19-digit length"),
+    pytest.param(MUTATE_HEAD + b"content-length:\t100000 \r\n\r\n{", id="a length spelt in lower case with blanks"),
+    pytest.param(MUTATE_HEAD + b"Content-Length: 9999999999999999999\r\n\r\n{", id="a 19-digit length over the cap"),
+    pytest.param(CHUNKED_HEAD + b"000000000000186a0\r\n{", id="17-hex-digit chunk size"),
+    pytest.param(CHUNKED_HEAD + b"186a0;name=value\r\n{", id="a chunk extension"),
+    pytest.param(CHUNKED_HEAD + b"1;" + b"x" * 1100, id="a chunk-size line over 1 KiB without CRLF"),
+    pytest.param(CHUNKED_HEAD + b"1\r\n{\r\n0\r\nX-Trailer: " + b"x" * 70_000, id="trailers over 64 KiB"),
+]
+HOSTILE_CLIENTS = 4  # as many as the server has threads (2 workers x 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefix", HOSTILE_FRAMINGS)
+def test_clients_trickling_any_framing_neither_hold_a_thread_nor_outlive_the_deadline(tls_server, prefix):
+    mutate_seconds(tls_server.port, tls_server.context, for_seconds=0.5, fresh_every=1)  # both workers warm
+    with HostileClients(tls_server.port, tls_server.context, HOSTILE_CLIENTS, trickle(prefix)) as hostile:
+        time.sleep(0.3)  # every hostile client is connected and trickling
+        seconds = mutate_seconds(tls_server.port, tls_server.context, for_seconds=READ_SECONDS + 2)
+        connections = list(hostile.connections)
+    print(f"\n{HOSTILE_CLIENTS} trickling clients: /mutate p99 {p99(seconds) * 1000:.1f} ms over {len(seconds)} "
+          f"probes; connections each client had to open {connections}")
+    assert p99(seconds) < 1, f"/mutate p99 {p99(seconds):.2f} s under {HOSTILE_CLIENTS} hostile clients"
+    # The server closed each connection at the latest when the whole request's deadline passed.
+    assert min(connections) >= 2, connections

@@ -1,0 +1,59 @@
+"""What the request gate relies on in gunicorn's gthread worker beyond its documented settings, in one place.
+
+gunicorn documents its settings and hooks, not its worker's internals; the gate (request_gate.py)
+overrides and calls gthread's methods and reads its attributes, and feeds gunicorn's request parser
+from a buffer. Everything it uses of them is named here, for the pinned release (requirements.txt),
+and tests/injector_site/platform/test_gthread_internals.py checks each name and signature against the
+installed gunicorn, so an upgrade that changes any of it fails that test rather than the gate in
+production. Why the gate exists at all (no maintained mechanism gives its guarantees): docs/availability.md.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+from gunicorn import http
+from gunicorn.config import Config
+
+if TYPE_CHECKING:
+    from gunicorn._types import _AddressType  # the stubs' name for a peer's address
+
+PINNED_GUNICORN = "23.0.0"
+
+# gthread's ThreadWorker methods the gate overrides or calls, with their parameters in gunicorn 23.
+THREAD_WORKER_METHODS: dict[str, tuple[str, ...]] = {
+    "init_process": ("self",),
+    "accept": ("self", "server", "listener"),  # called by run() with the listener, for each readable one
+    "on_client_socket_readable": ("self", "conn", "client"),  # a kept-alive connection is readable
+    "handle": ("self", "conn"),  # in a pool thread: parse one request, answer it -> (keepalive, conn)
+    "finish_request": ("self", "fs"),  # the future's done callback: keep the connection or close it
+    "_wrap_future": ("self", "fs", "conn"),  # track a submitted future, with finish_request as callback
+    "murder_keepalived": ("self",),  # called on every turn of run()'s loop
+    "notify": ("self",),  # idem, first
+}
+# Attributes ThreadWorker.__init__ creates (init_process fills tpool, poller and _lock), which the gate uses.
+THREAD_WORKER_ATTRIBUTES = ("tpool", "poller", "_lock", "_keep", "futures", "nr_conns", "worker_connections")
+# Attributes of gthread's TConn (a connection), which the gate sets before a thread gets it.
+CONNECTION_ATTRIBUTES = ("cfg", "sock", "client", "server", "parser", "initialized", "timeout")
+
+
+def buffered_parser(cfg: Config, client: _AddressType) -> http.RequestParser:
+    """gunicorn's request parser over bytes the main loop read: it never reads the socket, and finds the
+    end of its input once they are consumed (so a thread never waits for a client)."""
+    # An iterable source, not a socket: gunicorn then reads through an IterUnreader, which says
+    # end-of-input when the iterable is exhausted, and this one is empty: only unread() bytes remain.
+    return http.RequestParser(cfg, (), client)
+
+
+def parser_feed(parser: http.RequestParser, data: bytes) -> None:
+    """Give the parser bytes to read next."""
+    parser.unreader.unread(data)
+
+
+def parser_unparsed_take(parser: http.RequestParser) -> bytes:
+    """Bytes the parser holds but has not parsed (a pipelined request behind the one answered), taken out of it."""
+    unreader = parser.unreader
+    rest = unreader.buf.getvalue()  # gunicorn 23's Unreader keeps them in a BytesIO
+    unreader.buf = io.BytesIO()
+    return rest
