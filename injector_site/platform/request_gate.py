@@ -19,8 +19,9 @@ Bounds, per worker:
   client sending at network speed is done long before it is the oldest);
 - a body over `max_body_bytes` is never read: the head goes to the app, which answers 413 from
   Content-Length, and the connection is closed after that answer;
-- a full worker (`worker_connections`) closes its longest idle keep-alive connection rather than
-  stop polling, which gthread does, and which would stall the connections it holds.
+- a full worker (`worker_connections`) closes its longest idle keep-alive connection (or, with none,
+  its oldest incomplete one) rather than stop polling, which gthread does, and which would stall
+  the connections it holds.
 In the thread the socket has `request_read_seconds` as its timeout, so writing the answer to a
 client that does not read it is bounded too. Design, alternatives and measurements:
 docs/availability.md.
@@ -105,6 +106,10 @@ class GatedThreadWorker(ThreadWorker):
             self._evict_oldest_pending()
         if self.nr_conns >= self.worker_connections:
             self._evict_idle_keepalive()
+        if self.nr_conns >= self.worker_connections:
+            # Incomplete requests fill the worker (worker_connections set below max_pending): gthread's
+            # loop would stop polling until their deadlines; the oldest gives way instead.
+            self._evict_oldest_pending()
         self._pending_add(conn)
         self._wait(conn, selectors.EVENT_READ)
 
