@@ -52,9 +52,12 @@ def test_the_wsgi_entry_point_and_djangos_view_give_the_same_answer(client, uid,
         (b'{"apiVersion": "v1", "kind": "Pod"}', {}, 400, "apiVersion must be"),
         (b"uid=1", {"content_type": "application/x-www-form-urlencoded"}, 415, "Content-Type must be application/json"),
         (b"{}", {"content_type": None}, 415, "Content-Type must be application/json"),
-        (b"[" * 150 + b"]" * 150, {}, 400, "nested deeper than 100 levels"),
+        (b'{"a": ' + b"[" * 150 + b"]" * 150 + b"}", {}, 400, "nested deeper than 100 levels"),
+        (b"[" + b",".join([b"[]"] * 1000) + b"]", {}, 400, "the body must be a JSON object (an AdmissionReview)"),
+        (b'{"a": [' + b",".join([b"[]"] * 1000) + b"]}", {}, 400,
+         "1002 JSON objects and arrays in 3008 bytes, more than one per 8"),
     ],
-    ids=["truncated", "not-a-review", "form", "no-content-type", "deep"],
+    ids=["truncated", "not-a-review", "form", "no-content-type", "deep", "an-array", "empty-arrays"],
 )
 def test_a_bad_request_gets_a_4xx_naming_the_problem_on_both_routes(client, body, kwargs, status, words):
     fast = wsgi_call("POST", "/mutate", body, **kwargs)

@@ -196,3 +196,44 @@ def test_the_largest_grants_the_engine_accepts_still_sum_in_the_rollup(post_revi
     # the writer's COPY counted them into both rollups: numeric sums, far past what a row holds
     assert sum(AuditRollup.objects.values_list("vgpu_memory_mib", flat=True)) == 2 * 1024 * 1048576
     assert sum(AuditRollupDaily.objects.values_list("vgpu_memory_mib", flat=True)) == 2 * 1024 * 1048576
+
+
+# --- junk bodies: refused from their bytes, before a parse or a walk ---------------------------------
+
+ENVELOPE = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":'
+EMPTY_ARRAYS = b"[" + b",".join([b"[]"] * 1_000_000) + b"]"  # 3 MiB, what issue 33 sent
+
+
+def test_a_body_of_a_million_empty_arrays_is_refused_saying_it_is_no_admission_review():
+    from tests.support.wsgi import wsgi_call
+
+    response = wsgi_call("POST", "/mutate", EMPTY_ARRAYS)
+    assert response.status_code == 400
+    assert response.json()["detail"] == "not an AdmissionReview: the body must be a JSON object (an AdmissionReview)"
+    response = wsgi_call("POST", "/mutate", ENVELOPE + EMPTY_ARRAYS + b"}}")
+    assert response.status_code == 400
+    assert response.json()["detail"] == (
+        "not an AdmissionReview: the body has 1000003 JSON objects and arrays in 3000094 bytes, more than one per "
+        "8 bytes (a Pod's review has one per 20 to 80)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("junk", [EMPTY_ARRAYS, ENVELOPE + EMPTY_ARRAYS + b"}}"], ids=["bare", "in-an-envelope"])
+def test_four_senders_of_3_mib_junk_leave_mutate_answering_within_a_second(tmp_path, start_server, junk):
+    from tests.support.hostile import MUTATE_HEAD, HostileClients, mutate_seconds, p99, repeat
+    from tests.support.tls import client_context, make_dev_certs
+
+    certs = make_dev_certs(tmp_path / "certs")
+    server = start_server("injector_site.wsgi:application", {
+        "TLS_CERT_FILE": str(certs / "tls.crt"), "TLS_KEY_FILE": str(certs / "tls.key"),
+        "INJECTOR_AUDIT_ENABLED": "false", "INJECTOR_AUDIT_SPOOL_DIR": str(tmp_path / "spool"), "LOG_LEVEL": "ERROR",
+    })
+    context = client_context(certs / "ca.crt")
+    mutate_seconds(server.port, context, for_seconds=0.5, fresh_every=1)  # both workers warm
+    request = MUTATE_HEAD + b"Content-Length: %d\r\n\r\n" % len(junk) + junk
+    with HostileClients(server.port, context, 4, repeat(request)) as senders:
+        time.sleep(0.5)  # every sender is sending
+        seconds = mutate_seconds(server.port, context, for_seconds=5)
+        sent = sum(senders.connections)
+    print(f"\n4 junk senders: /mutate p99 {p99(seconds) * 1000:.1f} ms over {len(seconds)} probes ({sent} connections)")
+    assert p99(seconds) < 1, f"/mutate p99 {p99(seconds):.2f} s under 4 senders of 3 MiB junk"
