@@ -44,11 +44,10 @@ class AuditCursorPagination(CursorPagination):
             cursor = super().decode_cursor(request)
         except NotFound:
             raise refused from None
-        if cursor is not None and cursor.position is not None:
-            try:  # the position is the last row's created_at: anything else would reach the query
-                datetime.fromisoformat(str(cursor.position))
-            except ValueError:
-                raise refused from None
+        # The position is the last row's created_at: anything a row could not have would reach the query
+        # (a time off the calendar in UTC, or at its edge, where the search window steps past it: OverflowError).
+        if cursor is not None and cursor.position is not None and selectors.cursor_time_valid(cursor.position) is None:
+            raise refused
         return cursor
 
     def get_next_link(self):

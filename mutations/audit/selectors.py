@@ -10,11 +10,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import OperationalError, connection, transaction
@@ -404,19 +405,53 @@ def cursor_encode(row: AdmissionAudit, field_name: str) -> str:
     return base64.urlsafe_b64encode(json.dumps([text, row.id]).encode()).decode().rstrip("=")
 
 
-def _cursor_decode(cursor: str, field_name: str) -> tuple[datetime | float | int, int]:
+# What a cursor may hold: the values this table's rows can have (bigint columns; times from the Unix epoch to
+# well before the calendar's end, so that a search window stepping back or forth from one never leaves it).
+CURSOR_TIME_RANGE = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
+CURSOR_INTEGER_LIMIT = 2**63  # PostgreSQL bigint, exclusive
+CURSOR_TEXT_MAX_CHARS = 64
+
+
+def cursor_time_valid(value: object) -> datetime | None:
+    """A cursor's time, if it is one a row could have (ISO 8601 with a zone, in CURSOR_TIME_RANGE); else None."""
+    if not isinstance(value, str) or len(value) > CURSOR_TEXT_MAX_CHARS:
+        return None
     try:
-        text, last_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        value: datetime | float | int
+        moment = datetime.fromisoformat(value)
+        if moment.tzinfo is None or not CURSOR_TIME_RANGE[0] <= moment < CURSOR_TIME_RANGE[1]:
+            return None
+    except (ValueError, OverflowError):  # OverflowError: a time whose UTC is off the calendar
+        return None
+    return moment
+
+
+def _cursor_decode(cursor: str, field_name: str) -> tuple[datetime | float | int, int]:
+    """The (value, id) a history link's cursor holds; a FilterError naming the cursor for anything a row could
+    not have (an edited, truncated or forged cursor), so it is a 400, never a query that fails."""
+    refused = FilterError({"cursor": ["is not a cursor from this page; start again from the first page"]})
+    try:
+        pair = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, TypeError, binascii.Error):  # json's and UnicodeDecodeError are ValueErrors
+        raise refused from None
+    if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
+            and len(pair[0]) <= CURSOR_TEXT_MAX_CHARS and type(pair[1]) is int and 0 < pair[1] < CURSOR_INTEGER_LIMIT):
+        raise refused
+    text, last_id = pair
+    value: datetime | float | int | None
+    try:
         if field_name == "created_at":
-            value = datetime.fromisoformat(text)
+            value = cursor_time_valid(text)
         elif field_name == "duration_ms":
             value = float(text)
+            value = value if math.isfinite(value) and value >= 0 else None
         else:
             value = int(text)
-        return value, int(last_id)
-    except (ValueError, TypeError, binascii.Error, json.JSONDecodeError) as exc:
-        raise FilterError({"cursor": ["is not a cursor from this page; start again from the first page"]}) from exc
+            value = value if abs(value) < CURSOR_INTEGER_LIMIT else None
+    except ValueError:
+        value = None
+    if value is None:
+        raise refused
+    return value, last_id
 
 
 def audit_export_rows(*, filters: dict[str, str] | None = None, sort: str = DEFAULT_SORT,

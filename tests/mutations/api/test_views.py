@@ -114,6 +114,28 @@ def test_a_tampered_cursor_is_a_400_naming_the_cursor(api, cursor):
     assert response.status_code == 400 and "cursor" in response.json()
 
 
+def drf_cursor(**parts: str) -> str:
+    """A cursor as DRF's CursorPagination spells it (base64 of a query string; p: the position, a time here)."""
+    import base64
+    from urllib.parse import urlencode
+
+    return base64.b64encode(urlencode(parts).encode()).decode()
+
+
+@pytest.mark.parametrize("cursor", [
+    pytest.param(drf_cursor(p="9999-12-31T23:59:59.999999+00:00"), id="the calendar's last moment"),
+    pytest.param(drf_cursor(p="0001-01-01T00:00:00+05:00"), id="before the calendar in UTC"),
+    pytest.param(drf_cursor(p="0001-01-01T00:00:00+00:00"), id="the calendar's first day"),
+    pytest.param(drf_cursor(p="2026-01-01T00:00:00"), id="a time without a zone"),
+    pytest.param("////", id="not a query string"),
+])
+@pytest.mark.parametrize("reason", ["", "quota"], ids=["no-search", "reason-search"])
+def test_a_cursor_at_the_calendars_edges_is_a_400_naming_the_cursor(api, cursor, reason):
+    audit_row()
+    response = api.get("/api/v1/audit/", {"cursor": cursor, "reason": reason})
+    assert response.status_code == 400 and "cursor" in response.json()
+
+
 def test_the_cursor_of_a_next_link_still_pages(api):
     for index in range(3):
         audit_row(request_uid=f"r{index}")

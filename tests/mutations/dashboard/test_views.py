@@ -191,6 +191,41 @@ def test_history_with_a_forged_cursor_is_a_400(staff_client):
     assert staff_client.get("/dashboard/history/?after=not-a-cursor").status_code == 400
 
 
+def forged_cursor(value: object, last_id: object) -> str:
+    """A cursor as history's links spell them (base64 of JSON [value, id]), with values they never hold."""
+    import base64
+
+    return base64.urlsafe_b64encode(json.dumps([value, last_id]).encode()).decode().rstrip("=")
+
+
+TAMPERED_CURSORS = [
+    pytest.param("-created_at", forged_cursor("9999-12-31T23:59:59.999999+00:00", 1), id="the calendar's last moment"),
+    pytest.param("-created_at", forged_cursor("0001-01-01T00:00:00+05:00", 1), id="before the calendar in UTC"),
+    pytest.param("created_at", forged_cursor("0001-01-01T00:00:00+00:00", 1), id="the calendar's first day"),
+    pytest.param("-created_at", forged_cursor("2026-01-01T00:00:00", 1), id="a time without a zone"),
+    pytest.param("-created_at", forged_cursor("2026-01-01T00:00:00+00:00", 10**30), id="an id beyond bigint"),
+    pytest.param("-created_at", "WyIyMDI2LTAxLTAxVDAwOjAwOjAwKzAwOjAwIiwgMWU0MDBd", id="an infinite id"),
+    pytest.param("-duration_ms", forged_cursor("1e999", 1), id="an infinite duration"),
+    pytest.param("-duration_ms", forged_cursor("nan", 1), id="a duration that is not a number"),
+    pytest.param("-vgpu_memory_mib", forged_cursor("9" * 30, 1), id="memory beyond bigint"),
+    pytest.param("-vgpu_memory_mib", forged_cursor("1" * 5000, 1), id="memory of 5000 digits"),
+    pytest.param("-created_at", forged_cursor(["2026-01-01T00:00:00+00:00"], 1), id="a list for a time"),
+    pytest.param("-created_at", "e30", id="an object, not a pair"),
+    pytest.param("-created_at", "!!!", id="not base64"),
+    pytest.param("-created_at", "w6k", id="not UTF-8"),
+]
+
+
+@pytest.mark.parametrize("sort, cursor", TAMPERED_CURSORS)
+@pytest.mark.parametrize("direction", ["after", "before"])
+@pytest.mark.parametrize("reason", ["", "quota"], ids=["no-search", "reason-search"])
+def test_history_with_a_tampered_cursor_is_a_400_naming_the_cursor(staff_client, sort, cursor, direction, reason):
+    audit_row()
+    response = staff_client.get("/dashboard/history/", {"sort": sort, direction: cursor, "reason": reason})
+    assert response.status_code == 400
+    assert "is not a cursor from this page" in response.content.decode()
+
+
 def test_history_page_takes_a_fixed_number_of_queries_and_no_unbounded_count(staff_client, count_in_any_time,
                                                                             django_assert_num_queries):
     for i in range(160):
