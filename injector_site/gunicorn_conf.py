@@ -25,6 +25,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
+import socket
 import ssl
 import sys
 
@@ -168,6 +169,35 @@ if _tls_files is not None:
     ssl_context = ReloadingSSLContext(_tls_files, _checked(env_float, "TLS_RELOAD_INTERVAL_SECONDS", 1.0, minimum=0))
 
 # --- hooks -------------------------------------------------------------------------------------
+
+
+def _listener_is_loopback(listener: socket.socket) -> bool:
+    """Whether a listening socket is reachable from this host only (a unix socket, or bound to 127/8 or ::1)."""
+    if listener.family == socket.AF_UNIX:
+        return True
+    host = listener.getsockname()[0]
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def when_ready(server) -> None:
+    """Refuse dev mode on listeners other hosts can reach, as gunicorn opened them.
+
+    The check above reads GUNICORN_BIND only; `-b` on the command line or in GUNICORN_CMD_ARGS overrides it,
+    so the sockets themselves are checked here, in the master, before any worker starts.
+    """
+    if not _dev_mode or _checked(env_bool, "INJECTOR_DEV_MODE_FORCE"):
+        return
+    reachable = [str(listener) for listener in server.LISTENERS if not _listener_is_loopback(listener.sock)]
+    if reachable:
+        raise SystemExit(
+            f"gunicorn_conf: INJECTOR_DEV_MODE or DJANGO_DEBUG is on and gunicorn listens on {', '.join(reachable)} "
+            "(from -b, GUNICORN_CMD_ARGS or GUNICORN_BIND), reachable from other hosts; dev mode has a public secret "
+            "key and no secure cookies. Bind to 127.0.0.1, turn dev mode off, or set INJECTOR_DEV_MODE_FORCE=true "
+            "to run it anyway"
+        )
 
 
 def on_starting(server) -> None:

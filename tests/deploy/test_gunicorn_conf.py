@@ -118,6 +118,37 @@ def test_dev_mode_refuses_to_listen_beyond_loopback(hello_app, start_server, add
     assert "INJECTOR_DEV_MODE_FORCE" in server.log()
 
 
+@pytest.mark.parametrize("where", ["command line", "GUNICORN_CMD_ARGS"])
+def test_dev_mode_refuses_a_bind_beyond_loopback_given_outside_gunicorn_bind(hello_app, start_server, where):
+    from tests.support.servers import REPO, VENV_BIN, free_port
+
+    port = free_port()
+    bind = f"0.0.0.0:{port}"
+    env = {"INJECTOR_DEV_MODE": "true", "GUNICORN_BIND": f"127.0.0.1:{port}"}  # what the first check reads
+    argv = [str(VENV_BIN / "gunicorn"), "-c", str(REPO / "injector_site" / "gunicorn_conf.py")]
+    if where == "command line":
+        argv += ["-b", bind]
+    else:
+        env["GUNICORN_CMD_ARGS"] = f"-b {bind}"
+    server = start_server("hello_app:application", env, cwd=hello_app, wait=False, port=port,
+                          argv=[*argv, "hello_app:application"])
+    assert server.process.wait(timeout=30) != 0
+    assert f"gunicorn listens on http://{bind} (from -b, GUNICORN_CMD_ARGS or GUNICORN_BIND), reachable from " \
+           "other hosts" in server.log()
+    assert "Booting worker" not in server.log()
+
+
+def test_dev_mode_on_loopback_given_on_the_command_line_starts(hello_app, start_server):
+    from tests.support.servers import REPO, VENV_BIN, free_port
+
+    port = free_port()
+    argv = [str(VENV_BIN / "gunicorn"), "-c", str(REPO / "injector_site" / "gunicorn_conf.py"),
+            "-b", f"127.0.0.1:{port}", "hello_app:application"]
+    server = start_server("hello_app:application", {"INJECTOR_DEV_MODE": "true"}, cwd=hello_app, port=port,
+                          argv=argv)
+    assert server.process.poll() is None
+
+
 def test_dev_mode_beyond_loopback_starts_only_when_forced(hello_app, start_server):
     from tests.support.servers import free_port
 
