@@ -8,12 +8,12 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from ..changes import CHANGE_LOGGED
 from ..changes.selectors import change_list, changed_fields
 from ..models import ObjectChange
+from .permissions import ChangeLogPermission
 from .restore import AFTER, BEFORE, NothingToRestore, change_restore
 from .views import ConfigurationPagination, _constraint_error
 
@@ -63,7 +63,7 @@ class ObjectChangeViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = change_list()
     serializer_class = ObjectChangeSerializer
     filterset_class = ObjectChangeFilter
-    permission_classes = [IsAuthenticated]
+    permission_classes = [ChangeLogPermission]
     pagination_class = ConfigurationPagination
     ordering_fields = ["id", "time"]
     ordering = ["-id"]

@@ -46,6 +46,14 @@ def reader_api(reader) -> APIClient:
 
 
 @pytest.fixture
+def change_viewer_api(db) -> APIClient:
+    """Logged in with only profiles.view_objectchange (reads the change log, changes nothing)."""
+    client = APIClient()
+    client.force_authenticate(_user("change-viewer", perms=("profiles.view_objectchange",)))
+    return client
+
+
+@pytest.fixture
 def operator_api(operator) -> APIClient:
     client = APIClient()
     client.force_authenticate(operator)

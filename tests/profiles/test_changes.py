@@ -167,22 +167,32 @@ def test_the_configuration_version_is_the_last_changes_id(operator_api):
 
 
 # --- the list -------------------------------------------------------------------------------------------
-def test_the_api_lists_changes_filtered_by_object_and_user(operator_api, reader_api):
+def test_the_api_lists_changes_filtered_by_object_and_user(operator_api, change_viewer_api):
     preset = Preset.objects.get(name="llm-7b")
     operator_api.patch(f"/api/v1/presets/{preset.pk}/", {"vgpu_cores_percent": 40}, format="json")
     operator_api.post("/api/v1/gpu-models/", {"name": "TestCard", "memory_mib": 15360, "match": "TestCard"},
                       format="json")
-    history = reader_api.get(CHANGES, {"object_type": "preset", "object_id": preset.pk}).json()["results"]
+    history = change_viewer_api.get(CHANGES, {"object_type": "preset", "object_id": preset.pk}).json()["results"]
     assert [(c["object_repr"], c["changed_fields"]) for c in history] == [("llm-7b", ["vgpu_cores_percent"])]
-    assert reader_api.get(CHANGES, {"user": "operator"}).json()["count"] == 2
-    assert reader_api.get(CHANGES, {"user": "someone-else"}).json()["count"] == 0
-    assert reader_api.get(CHANGES, {"since": "2999-01-01T00:00:00Z"}).json()["count"] == 0
+    assert change_viewer_api.get(CHANGES, {"user": "operator"}).json()["count"] == 2
+    assert change_viewer_api.get(CHANGES, {"user": "someone-else"}).json()["count"] == 0
+    assert change_viewer_api.get(CHANGES, {"since": "2999-01-01T00:00:00Z"}).json()["count"] == 0
 
 
-def test_a_bad_filter_is_a_400_naming_it(reader_api):
-    response = reader_api.get(CHANGES, {"object_type": "pod", "since": "yesterday"})
+def test_a_bad_filter_is_a_400_naming_it(change_viewer_api):
+    response = change_viewer_api.get(CHANGES, {"object_type": "pod", "since": "yesterday"})
     assert response.status_code == 400
     assert set(response.json()) == {"object_type", "since"}
+
+
+def test_the_change_log_needs_the_permission_to_view_changes(operator_api, reader_api, change_viewer_api):
+    change = _patch(operator_api, Preset.objects.get(name="llm-7b"), vgpu_cores_percent=30)
+    for path in (CHANGES, f"{CHANGES}{change.pk}/"):
+        response = reader_api.get(path)
+        assert response.status_code == 403
+        assert "profiles.view_objectchange" in response.json()["detail"]
+        assert change_viewer_api.get(path).status_code == 200
+    assert change_viewer_api.post(f"{CHANGES}{change.pk}/restore/").status_code == 403  # restoring needs more
 
 
 def test_the_api_detail_of_an_object_links_to_its_history(reader_api):
