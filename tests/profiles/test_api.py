@@ -375,6 +375,28 @@ def test_too_many_bad_tokens_from_one_address_are_answered_429(settings, operato
     client.credentials(HTTP_AUTHORIZATION="Token vi_guess")
     assert [client.get(PRESETS).status_code for _ in range(3)] == [401, 401, 401]
     assert client.get(PRESETS).status_code == 429
-    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(username=operator.username)[0]}")
-    assert client.get(PRESETS).status_code == 429  # the address waits out the minute, whatever it sends
+    for start in ("vi_other", "xx_", "vi_guess-again"):  # a new start for each guess gains nothing
+        client.credentials(HTTP_AUTHORIZATION=f"Token {start}")
+        assert client.get(PRESETS).status_code == 429
+    cache.clear()
+
+
+def test_bad_tokens_from_one_address_do_not_lock_out_another_clients_valid_token(settings, operator):
+    """Clients behind one address (a NAT, a proxy): a guesser, or a script with a revoked secret, is braked
+    alone; a valid token from the same address still works."""
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.INJECTOR_API_BAD_TOKENS_PER_MINUTE = 3
+    valid = api_token_issue(username=operator.username)[0]
+    other = api_token_issue(username=operator.username)[0]
+    guesser, wrong_secret, script = APIClient(), APIClient(), APIClient()
+    guesser.credentials(HTTP_AUTHORIZATION="Token vi_guess")
+    wrong_secret.credentials(HTTP_AUTHORIZATION=f"Token {other[:12]}not-the-secret")
+    script.credentials(HTTP_AUTHORIZATION=f"Token {valid}")
+    for client in (guesser, wrong_secret):
+        assert [client.get(PRESETS).status_code for _ in range(4)] == [401, 401, 401, 429]
+    response = wrong_secret.get(PRESETS)
+    assert response.status_code == 429 and f"starting {other[:12]}" in response.json()["detail"]
+    assert script.get(PRESETS).status_code == 200
     cache.clear()
