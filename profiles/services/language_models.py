@@ -9,6 +9,7 @@ from django.db import transaction
 from mutations.engine import model_key
 
 from ..models import WEIGHT_DTYPES, LanguageModel
+from .validation import printable_name_problem
 
 MAX_IDENTIFIERS = 32
 MAX_IDENTIFIER_CHARS = 200
@@ -22,6 +23,9 @@ def language_model_validate(*, model: LanguageModel) -> dict[str, list[str]]:
     def add(field: str, message: str) -> None:
         problems.setdefault(field, []).append(message)
 
+    name_problem = printable_name_problem(model.name, "A model's name")
+    if name_problem:
+        add("name", name_problem)
     if model.params_b is not None and model.params_b <= 0:
         add("params_b", "A model has more than 0 billion parameters, e.g. 7.616.")
     if model.active_params_b is not None and model.params_b is not None and model.active_params_b > model.params_b:
@@ -55,6 +59,8 @@ def _identifier_problems(model: LanguageModel, add: Callable[[str, str], None]) 
         if not isinstance(value, str) or not value.strip() or len(value) > MAX_IDENTIFIER_CHARS:
             add("identifiers", f"Each identifier is a model name of 1-{MAX_IDENTIFIER_CHARS} characters, such as "
                                f"Qwen/Qwen2.5-7B-Instruct; got {value!r}.")
+        elif problem := printable_name_problem(value, f"Identifier {value!r}"):
+            add("identifiers", problem)
     keys = {model_key(str(v)) for v in [model.name or "", *identifiers] if isinstance(v, str) and v.strip()}
     others = LanguageModel.objects.exclude(pk=model.pk).only("name", "identifiers")
     for other in others:

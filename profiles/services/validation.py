@@ -8,6 +8,7 @@ violation is a message, never a 500, and add the rules the engine needs.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 from decimal import Decimal
 
@@ -27,6 +28,24 @@ def kube_name_problem(value: object, what: str) -> str | None:
     if len(value) > 253 or not _KUBE_NAME.match(value):
         return (f"{value!r} is not a valid {what}: use lowercase letters, digits, '-' and '.', starting and ending "
                 f"with a letter or digit, at most 253 characters (a Kubernetes object name), e.g. team-a.")
+    return None
+
+
+# Letters that print as nothing (Unicode calls them letters or marks, so str.isprintable() lets them through).
+_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0")
+
+
+def printable_name_problem(value: object, what: str) -> str | None:
+    """Why `value` cannot be a name people read (a control, bidi or zero-width character makes one name look like
+    another, or reorders what follows it); None when it can. Only text is judged here."""
+    if not isinstance(value, str):
+        return None
+    for index, char in enumerate(value):
+        if not char.isprintable() or char in _INVISIBLE:  # isprintable: no Cc, Cf (bidi, zero-width), Z* but ' '
+            called = unicodedata.name(char, "") or "a control character"
+            return (f"{what} may hold printable characters only: U+{ord(char):04X} ({called}) at position "
+                    f"{index + 1} is a control, bidi or invisible character, which can make one name look like "
+                    "another.")
     return None
 
 
@@ -147,7 +166,13 @@ def gpu_model_validate(*, gpu_model: GpuModel) -> dict[str, list[str]]:
                 f"Preset(s) {', '.join(too_big)} give more than {gpu_model.memory_mib} MiB per vGPU on this card: "
                 "lower their vGPU memory first."
             )]
-    if gpu_model.match is not None and not gpu_model.match.strip():
+    name_problem = printable_name_problem(gpu_model.name, "A GPU model's name")
+    if name_problem:
+        problems["name"] = [name_problem]
+    match_problem = printable_name_problem(gpu_model.match, "The card-name substring")
+    if match_problem:
+        problems["match"] = [match_problem]
+    elif gpu_model.match is not None and not gpu_model.match.strip():
         problems["match"] = ["Give the substring Volcano matches in the card name, e.g. A100."]
     elif gpu_model.match and "," in gpu_model.match:
         problems["match"] = ["One substring, without commas (nvidia.com/use-gputype splits its value at commas)."]
@@ -166,6 +191,9 @@ def namespace_policy_validate(*, policy: NamespacePolicy, allowed_presets: list[
         add("mode", "Mode must be enforce, audit-only or off.")
     if policy.scheduler_scope not in {s.value for s in SchedulerScope}:
         add("scheduler_scope", "Scheduler scope must be gpu-pods or all-pods.")
+    scheduler_problem = printable_name_problem(policy.scheduler_name, "The scheduler name")
+    if scheduler_problem:
+        add("scheduler_name", scheduler_problem)
     if default is not None:
         if not default.enabled:
             add("default_preset", f"Preset {default.name} is disabled: enable it or choose an enabled preset.")

@@ -189,6 +189,13 @@ def test_gpu_model_with_zero_memory_is_refused(staff_client):
     assert "memory_mib" in form_errors(response)
 
 
+def test_gpu_model_named_with_a_bidi_control_is_refused_with_the_character_named(staff_client):
+    response = staff_client.post("/admin/profiles/gpumodel/add/",
+                                 {"name": "A100\u202e08", "memory_mib": "81920", "match": "A100", "description": ""})
+    assert "U+202E (RIGHT-TO-LEFT OVERRIDE) at position 5" in form_errors(response)["name"][0]
+    assert not GpuModel.objects.filter(name="A100\u202e08").exists()
+
+
 # --- deleting what is in use ---------------------------------------------------------------------------
 def test_deleting_a_preset_in_use_shows_the_policies_and_keeps_it(staff_client):
     policy = NamespacePolicy.objects.create(namespace="team-a")

@@ -400,3 +400,36 @@ def test_bad_tokens_from_one_address_do_not_lock_out_another_clients_valid_token
     assert response.status_code == 429 and f"starting {other[:12]}" in response.json()["detail"]
     assert script.get(PRESETS).status_code == 200
     cache.clear()
+
+
+# --- names people read: printable characters only --------------------------------------------------------
+LOOKALIKES = [
+    pytest.param("A100\u202e08-MXS", "U+202E (RIGHT-TO-LEFT OVERRIDE)", id="bidi override"),
+    pytest.param("A\u200b100", "U+200B (ZERO WIDTH SPACE)", id="zero width space"),
+    pytest.param("A100\u3164", "U+3164 (HANGUL FILLER)", id="an invisible letter"),
+    pytest.param("A100\u00a0SXM", "U+00A0 (NO-BREAK SPACE)", id="a space that is not a space"),
+    pytest.param("A100\nSXM", "U+000A (a control character)", id="a control character"),
+]
+
+
+@pytest.mark.parametrize("name, named", LOOKALIKES)
+def test_a_gpu_model_name_with_a_bidi_control_or_an_invisible_character_is_a_400_naming_it(operator_api, name,
+                                                                                          named):
+    response = operator_api.post(GPU_MODELS, {"name": name, "memory_mib": 81920, "match": "A100"}, format="json")
+    assert response.status_code == 400
+    assert set(response.json()) == {"name"}
+    assert response.json()["name"][0].startswith(f"A GPU model's name may hold printable characters only: {named} at")
+    assert not GpuModel.objects.filter(name=name).exists()
+
+
+def test_a_card_name_substring_or_scheduler_name_with_a_zero_width_character_is_a_400_naming_it(operator_api):
+    response = operator_api.post(GPU_MODELS, {"name": "B300", "memory_mib": 1024, "match": "B\u200d300"},
+                                 format="json")
+    assert response.status_code == 400 and "U+200D (ZERO WIDTH JOINER)" in response.json()["match"][0]
+    response = operator_api.post(POLICIES, {"namespace": "team-z", "scheduler_name": "volcano\u2066"}, format="json")
+    assert response.status_code == 400 and "U+2066 (LEFT-TO-RIGHT ISOLATE)" in response.json()["scheduler_name"][0]
+
+
+def test_names_in_other_scripts_are_accepted(operator_api):
+    response = operator_api.post(GPU_MODELS, {"name": "昇腾-910B", "memory_mib": 65536, "match": "910B"}, format="json")
+    assert response.status_code == 201, response.json()

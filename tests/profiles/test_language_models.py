@@ -159,3 +159,15 @@ def test_a_policy_switches_sizing_from_the_serving_command_off(operator_api, pos
     assert created.status_code == 201, created.json()
     body = post_review(pods.review(vllm_pod("Qwen/Qwen2.5-7B-Instruct"))).json()["response"]
     assert AdmissionAudit.objects.get().source == "namespace policy team-a" and body["allowed"]
+
+
+@pytest.mark.parametrize("fields, field, named", [
+    ({"name": "Acme-13B\u202e-Chat"}, "name", "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    ({"identifiers": ["acme/Acme-13B\u200b-Chat"]}, "identifiers", "U+200B (ZERO WIDTH SPACE)"),
+], ids=["name", "identifier"])
+def test_a_model_name_with_a_bidi_control_or_zero_width_character_is_a_400_naming_it(operator_api, fields, field,
+                                                                                     named):
+    response = operator_api.post(MODELS, new_model(**fields), format="json")
+    assert response.status_code == 400 and set(response.json()) == {field}, response.json()
+    assert named in response.json()[field][0] and "printable characters only" in response.json()[field][0]
+    assert not LanguageModel.objects.filter(source_url=new_model()["source_url"]).exists()
