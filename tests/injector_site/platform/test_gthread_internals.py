@@ -77,3 +77,15 @@ def test_a_buffered_parser_keeps_a_pipelined_request_for_the_gate():
     assert next(parser).path == "/healthz"
     assert parser_unparsed_take(parser) == b"GET /readyz HTTP/1.1\r\n"
     assert parser_unparsed_take(parser) == b""
+
+
+def test_a_buffered_parser_reads_a_large_body_fed_in_pieces_and_keeps_what_follows():
+    body = bytes(range(256)) * 12_289  # about 3 MiB, read by gunicorn 1 KiB at a time
+    request = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    parser = buffered_parser(Config(), ("127.0.0.1", 1))
+    for start in range(0, len(request), 1_000_000):
+        parser_feed(parser, request[start:start + 1_000_000])
+    parser_feed(parser, b"GET /healthz HTTP/1.1\r\n")
+    message = next(parser)
+    assert message.body.read() == body
+    assert parser_unparsed_take(parser) == b"GET /healthz HTTP/1.1\r\n"

@@ -204,7 +204,7 @@ ENVELOPE = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","reque
 EMPTY_ARRAYS = b"[" + b",".join([b"[]"] * 1_000_000) + b"]"  # 3 MiB, what issue 33 sent
 
 
-def test_a_body_of_a_million_empty_arrays_is_refused_saying_it_is_no_admission_review():
+def test_a_body_of_a_million_empty_arrays_is_refused_saying_it_is_no_admission_review(db):
     from tests.support.wsgi import wsgi_call
 
     response = wsgi_call("POST", "/mutate", EMPTY_ARRAYS)
