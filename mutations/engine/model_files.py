@@ -136,7 +136,8 @@ def native_context(config: dict[str, Any]) -> int:
                              "or another of " + ", ".join(CONTEXT_KEYS[1:]) + ")")
     context = min(found)
     scaling = config.get("rope_scaling")
-    if isinstance(scaling, dict):
+    # Gemma 3's max_position_embeddings already counts its linear scaling (vLLM skips gemma3 here too).
+    if isinstance(scaling, dict) and "gemma3" not in str(config.get("model_type", "")):
         kind = scaling.get("rope_type") or scaling.get("type")
         factor = scaling.get("factor")
         if kind not in ("su", "longrope", "llama3", "default", "mrope", None) and isinstance(factor, (int, float)):
@@ -168,7 +169,7 @@ def language_model_from_files(*, name: str, config: dict[str, Any], index: dict[
     if not _whole(head_dim):
         raise ModelFileError("config.json head_dim", f"expected a whole number, got {head_dim!r}")
     dtype = weight_dtype(config)
-    tied = bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+    tied = _tied(config, text)
     window, window_layers = _sliding_window(merged, layers)
     chunk, chunk_layers = _chunked_attention(merged, layers)
     shared = merged.get("num_kv_shared_layers") or 0
@@ -273,6 +274,15 @@ def _chunked_attention(config: dict[str, Any], layers: int) -> tuple[int | None,
         return chunk, sum(1 for m in marks if m)
     interval = config.get("no_rope_layer_interval") or 4
     return chunk, layers - layers // interval
+
+
+def _tied(config: dict[str, Any], text: dict[str, Any]) -> bool:
+    """tie_word_embeddings; when absent, the default of the model's transformers config class (True for Gemma and
+    PretrainedConfig itself, False for Llama, Mistral, Mixtral, Qwen2/3, Phi-3 and gpt-oss)."""
+    for where in (text, config):
+        if isinstance(where.get("tie_word_embeddings"), bool):
+            return bool(where["tie_word_embeddings"])
+    return str(text.get("model_type") or config.get("model_type", "")).startswith("gemma")
 
 
 def _required(config: dict[str, Any], *keys: str) -> int:

@@ -117,3 +117,25 @@ def test_a_truncated_safetensors_header_is_refused():
     with pytest.raises(ModelFileError) as error:
         safetensors_header_read(struct.pack("<Q", 1000) + b"{}")
     assert error.value.field == "safetensors"
+
+
+def test_gemma_3_reads_the_text_model_the_window_and_the_vision_tower():
+    spec = language_model_from_files(name="gemma-3-12b-it", config=config("gemma-3-12b-it"))
+    assert (spec.layers, spec.kv_heads, spec.head_dim, spec.hidden_size) == (48, 8, 256, 3840)
+    assert (spec.sliding_window, spec.sliding_window_layers, spec.max_context) == (1024, 40, 131072)
+    assert spec.tied_embeddings  # Gemma ties its embeddings by default (no key in the file)
+    assert spec.vision_params_b == pytest.approx(0.411, abs=0.005)  # SigLIP: 27 x (4 x 1152^2 + 2 x 1152 x 4304)
+    assert spec.params_b == pytest.approx(12.187, rel=0.01)  # keras-hub's count of the converted checkpoint
+
+
+def test_qwen2_dense_gqa_without_its_switched_off_window():
+    spec = language_model_from_files(name="Qwen2-7B-Instruct", config=config("qwen2-7b-instruct"))
+    assert (spec.kv_heads, spec.attention_heads, spec.head_dim, spec.sliding_window) == (4, 28, 128, None)
+    assert spec.params_b == pytest.approx(7.616, rel=0.01)  # the safetensors total: 7,615,616,512
+    assert kv_bytes_per_token(spec, tp=1, pp=1, kv_bytes=2) == 57344
+
+
+def test_a_shared_expert_counts_in_total_and_active():
+    spec = language_model_from_files(name="Qwen2-57B-A14B", config=config("qwen2-57b-a14b"))
+    assert spec.params_b == pytest.approx(57.41, rel=0.01)         # the model card: 57B total
+    assert spec.active_params_b == pytest.approx(14.2, rel=0.03)   # and 14B active
