@@ -153,7 +153,8 @@ def language_model_from_files(*, name: str, config: dict[str, Any], index: dict[
     inconsistent with another file."""
     if not isinstance(config, dict):
         raise ModelFileError("config.json", "expected a JSON object")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     merged = {**config, **text}
     layers = _required(merged, "num_hidden_layers", "n_layer", "num_layers")
     heads = _required(merged, "num_attention_heads", "n_head")
@@ -244,18 +245,18 @@ def _vision_parameters(vision: Any) -> int:
 def _sliding_window(config: dict[str, Any], layers: int) -> tuple[int | None, int]:
     """(window, layers using it) as vLLM applies them: `layer_types`, Gemma 2's every other layer, Gemma 3's
     `sliding_window_pattern`, Mistral v0.1's every layer, Qwen2's layers past max_window_layers when enabled."""
-    window = config.get("sliding_window")
+    window = _first(config, "sliding_window")
     types = config.get("layer_types")
     if isinstance(types, list) and types:
         count = sum(1 for t in types if t == "sliding_attention")
-        return (window, count) if count and _whole(window) else (None, 0)
-    if not _whole(window) or window >= native_context(config):
+        return (window, count) if count and window else (None, 0)
+    if window is None or window >= native_context(config):
         return None, 0
     model_type = str(config.get("model_type", ""))
-    pattern = config.get("sliding_window_pattern")
+    pattern = _first(config, "sliding_window_pattern")
     if model_type.startswith("gemma2"):
         return window, (layers + 1) // 2
-    if _whole(pattern):
+    if pattern:
         return window, layers - layers // pattern
     if model_type == "mistral":
         return window, layers
@@ -266,8 +267,8 @@ def _sliding_window(config: dict[str, Any], layers: int) -> tuple[int | None, in
 
 def _chunked_attention(config: dict[str, Any], layers: int) -> tuple[int | None, int]:
     """Llama 4: layers with RoPE (no_rope_layers 1) attend within attention_chunk_size tokens; every 4th is global."""
-    chunk = config.get("attention_chunk_size")
-    if not _whole(chunk):
+    chunk = _first(config, "attention_chunk_size")
+    if chunk is None:
         return None, 0
     marks = config.get("no_rope_layers")
     if isinstance(marks, list) and len(marks) == layers:
@@ -298,8 +299,8 @@ def _required(config: dict[str, Any], *keys: str) -> int:
 def _first(config: dict[str, Any], *keys: str) -> int | None:
     for key in keys:
         value = config.get(key)
-        if _whole(value):
-            return int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
     return None
 
 

@@ -24,7 +24,8 @@ class LanguageModelForm(forms.ModelForm):
         model = LanguageModel
         fields = ["name", "identifiers", "params_b", "active_params_b", "layers", "kv_heads", "head_dim",
                   "hidden_size", "vocab_size", "max_context", "dtype", "tied_embeddings", "sliding_window",
-                  "sliding_window_layers", "source_url", "description"]
+                  "sliding_window_layers", "attention_heads", "chunked_attention_size", "chunked_attention_layers",
+                  "kv_shared_layers", "vision_params_b", "source_url", "description"]
 
     def _post_clean(self):
         super()._post_clean()  # type: ignore[misc]
@@ -51,10 +52,11 @@ class LanguageModelAdmin(ChangeHistoryMixin, admin.ModelAdmin):
     readonly_fields = ["created_at", "updated_at", "audit"]
     fieldsets = [
         (None, {"fields": ["name", "identifiers", "description", "source_url", "audit"]}),
-        ("Size", {"fields": ["params_b", "active_params_b", "dtype", "tied_embeddings"]}),
+        ("Size", {"fields": ["params_b", "active_params_b", "vision_params_b", "dtype", "tied_embeddings"]}),
         ("Architecture (from config.json)", {
-            "fields": ["layers", "kv_heads", "head_dim", "hidden_size", "vocab_size", "max_context",
-                       "sliding_window", "sliding_window_layers"],
+            "fields": ["layers", "attention_heads", "kv_heads", "head_dim", "hidden_size", "vocab_size", "max_context",
+                       "sliding_window", "sliding_window_layers", "chunked_attention_size", "chunked_attention_layers",
+                       "kv_shared_layers"],
             "description": "KV cache per token = 2 x layers x KV heads x head dim x 2 bytes (docs/sizing.md).",
         }),
         ("History", {"fields": ["created_at", "updated_at"], "classes": ["collapse"]}),
