@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from decimal import Decimal
 
 import django_filters
@@ -23,14 +22,11 @@ from ..services import (
     language_model_import,
     language_model_save,
     language_model_validate,
-    model_file_header,
-    model_file_json,
+    model_upload_header,
+    model_upload_json,
 )
 from .serializers import _unsaved_copy
 from .views import ConfigurationViewSet, _constraint_error
-
-MAX_JSON_FILE_BYTES = 16 * 2**20  # a config.json is a few KB, the largest safetensors index a few MB
-MAX_HEADER_BYTES = 100 * 2**20    # the safetensors format's own limit on its header
 
 
 class LanguageModelSerializer(serializers.ModelSerializer):
@@ -118,10 +114,9 @@ class LanguageModelViewSet(ConfigurationViewSet):
         if "config" not in uploads:
             raise serializers.ValidationError({"config": ["Upload the model's config.json as the `config` part."]})
         try:
-            config = model_file_json(data=_read(uploads["config"], MAX_JSON_FILE_BYTES, "config"), field="config")
-            index = (model_file_json(data=_read(uploads["index"], MAX_JSON_FILE_BYTES, "index"), field="index")
-                     if "index" in uploads else None)
-            header = model_file_header(data=_header(uploads["safetensors"])) if "safetensors" in uploads else None
+            config = model_upload_json(upload=uploads["config"], field="config")
+            index = model_upload_json(upload=uploads["index"], field="index") if "index" in uploads else None
+            header = model_upload_header(upload=uploads["safetensors"]) if "safetensors" in uploads else None
             name = request.data.get("name") or str(config.get("_name_or_path") or "").rstrip("/").rsplit("/", 1)[-1]
             if not name:
                 raise LanguageModelImportError({"name": ["Give the catalog name (config.json has no _name_or_path)."]})
@@ -140,17 +135,3 @@ class LanguageModelViewSet(ConfigurationViewSet):
     def remove(self, instance):
         language_model_delete(model=instance)
 
-
-def _read(upload, limit: int, field: str) -> bytes:
-    if upload.size > limit:
-        raise LanguageModelImportError({field: [f"{upload.size:,} bytes; at most {limit:,}."]})
-    return upload.read()
-
-
-def _header(upload) -> bytes:
-    """Only the header of an uploaded .safetensors file (its first 8 bytes give the header's length)."""
-    start = upload.read(8)
-    if len(start) < 8:
-        return start
-    (length,) = struct.unpack("<Q", start)
-    return start + upload.read(min(length, MAX_HEADER_BYTES))

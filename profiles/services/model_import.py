@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from decimal import Decimal
 from typing import Any
 
@@ -14,6 +15,9 @@ from mutations.engine.model_files import ModelFileError, language_model_from_fil
 
 from ..models import LanguageModel
 from .language_models import language_model_save, language_model_validate
+
+MAX_JSON_FILE_BYTES = 16 * 2**20  # a config.json is a few KB, the largest safetensors index a few MB
+MAX_HEADER_BYTES = 100 * 2**20    # the safetensors format's own limit on its header
 
 
 class LanguageModelImportError(Exception):
@@ -83,3 +87,19 @@ def language_model_fill(*, row: LanguageModel, spec: LanguageModelSpec) -> None:
         setattr(row, field, getattr(spec, field))
     row.max_context = spec.max_context
 
+
+
+def model_upload_json(*, upload: Any, field: str) -> dict[str, Any]:
+    """An uploaded JSON file (Django's UploadedFile) as a dict, refused past MAX_JSON_FILE_BYTES."""
+    if upload.size > MAX_JSON_FILE_BYTES:
+        raise LanguageModelImportError({field: [f"{upload.size:,} bytes; at most {MAX_JSON_FILE_BYTES:,}."]})
+    return model_file_json(data=upload.read(), field=field)
+
+
+def model_upload_header(*, upload: Any) -> dict[str, Any]:
+    """Only the header of an uploaded .safetensors file (its first 8 bytes give the header's length)."""
+    start = upload.read(8)
+    if len(start) == 8:
+        (length,) = struct.unpack("<Q", start)
+        start += upload.read(min(length, MAX_HEADER_BYTES))
+    return model_file_header(data=start)

@@ -138,3 +138,26 @@ def test_a_reader_cannot_import(reader_api):
     config = (FIXTURES / "phi-3-mini-4k-instruct" / "config.json").read_bytes()
     response = reader_api.post(IMPORT, {"config": upload("config.json", config)}, format="multipart")
     assert response.status_code == 403
+
+
+ADMIN_IMPORT = "/admin/profiles/languagemodel/import/"
+
+
+def test_the_admin_imports_a_model_from_its_files(staff_client):
+    assert "Import from config.json" in staff_client.get("/admin/profiles/languagemodel/").content.decode()
+    config = (FIXTURES / "qwen2-57b-a14b" / "config.json").read_bytes()
+    response = staff_client.post(ADMIN_IMPORT, {"config": upload("config.json", config), "name": "qwen2-moe-copy",
+                                                "source_url": "https://huggingface.co/Qwen/Qwen2-57B-A14B"})
+    row = LanguageModel.objects.get(name="qwen2-moe-copy")
+    assert response.status_code == 302 and response["Location"].endswith(f"/{row.pk}/change/")
+    assert float(row.params_b) == pytest.approx(57.4, rel=0.01) and float(row.active_params_b) < 15
+
+
+def test_the_admin_shows_which_file_and_key_is_wrong(staff_client):
+    config = json.loads((FIXTURES / "qwen2-7b-instruct" / "config.json").read_text())
+    del config["vocab_size"]
+    response = staff_client.post(ADMIN_IMPORT, {"config": upload("config.json", json.dumps(config).encode()),
+                                                "name": "broken", "source_url": "https://example.com/config.json"})
+    assert response.status_code == 200
+    assert "config.json vocab_size: missing" in response.content.decode()
+    assert not LanguageModel.objects.filter(name="broken").exists()
