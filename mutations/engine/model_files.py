@@ -167,6 +167,12 @@ def language_model_from_files(*, name: str, config: dict[str, Any], index: dict[
         raise ModelFileError("config.json num_key_value_heads",
                              f"{kv_heads!r} must be a whole number dividing num_attention_heads ({heads})")
     head_dim = merged.get("head_dim") or hidden // heads
+    latent = _first(merged, "kv_lora_rank")
+    if latent:
+        # Multi-head latent attention (DeepSeek V2/V3): one latent of kv_lora_rank + qk_rope_head_dim values per layer
+        # and token, the same on every tensor-parallel rank (vLLM's MLA cache). As one KV head it is counted twice (K
+        # and V): half the latent each.
+        kv_heads, head_dim = 1, math.ceil((latent + (_first(merged, "qk_rope_head_dim") or 0)) / 2)
     if not _whole(head_dim):
         raise ModelFileError("config.json head_dim", f"expected a whole number, got {head_dim!r}")
     dtype = weight_dtype(config)
@@ -208,7 +214,11 @@ def shapes_parameters(config: dict[str, Any], *, layers: int, heads: int, kv_hea
     experts and router, norms. Biases and small extras are left out (a few per mille)."""
     embeddings = vocab * hidden * (1 if tied else 2)
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+    if config.get("kv_lora_rank"):
+        attention = _latent_attention(config, hidden=hidden, heads=heads)
     intermediate = config.get("intermediate_size") or 4 * hidden
+    dense = min(layers, config.get("first_k_dense_replace") or 0) if experts else 0
+    dense_layer = attention + 3 * hidden * intermediate + 2 * hidden
     if experts:
         expert_width = config.get("moe_intermediate_size") or intermediate
         expert = 3 * hidden * expert_width
@@ -217,10 +227,23 @@ def shapes_parameters(config: dict[str, Any], *, layers: int, heads: int, kv_hea
         router = hidden * experts
         total_layer = attention + experts * expert + shared + router + 2 * hidden
         active_layer = attention + per_token * expert + shared + router + 2 * hidden
-        return embeddings + layers * total_layer, embeddings + layers * active_layer
+        # DeepSeek's first_k_dense_replace layers have a dense MLP instead of experts.
+        moe = layers - dense
+        return (embeddings + dense * dense_layer + moe * total_layer,
+                embeddings + dense * dense_layer + moe * active_layer)
     per_layer = attention + 3 * hidden * intermediate + 2 * hidden
     total = embeddings + layers * per_layer
     return total, total
+
+
+def _latent_attention(config: dict[str, Any], *, hidden: int, heads: int) -> int:
+    """MLA's projections: Q (through q_lora_rank when set), the KV latent, its expansion to every head, O."""
+    latent = config["kv_lora_rank"]
+    rope, nope = config.get("qk_rope_head_dim") or 0, config.get("qk_nope_head_dim") or 0
+    value = config.get("v_head_dim") or nope
+    q_rank = config.get("q_lora_rank")
+    query = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
+    return query + hidden * (latent + rope) + latent * heads * (nope + value) + heads * value * hidden
 
 
 def _count(index: dict[str, Any] | None, header: dict[str, Any] | None, dtype: str) -> ParameterCount | None:
@@ -232,14 +255,15 @@ def _count(index: dict[str, Any] | None, header: dict[str, Any] | None, dtype: s
 
 
 def _vision_parameters(vision: Any) -> int:
-    """A vision tower's parameters from its config: layers x (attention 4 h^2 + MLP 2 h x intermediate)."""
+    """A vision tower's parameters from its config: layers x (attention 4 h^2 + MLP 2 or, gated, 3 h x intermediate)."""
     if not isinstance(vision, dict):
         return 0
     depth = _first(vision, "depth", "num_hidden_layers") or 0
     depth += vision.get("num_global_layers") or 0
     width = _first(vision, "embed_dim", "hidden_size") or 0
     intermediate = vision.get("intermediate_size") or width * (vision.get("mlp_ratio") or 4)
-    return int(depth * (4 * width * width + 2 * width * intermediate))
+    gated = 3 if str(vision.get("hidden_act", "")) in ("silu", "swiglu") else 2  # Qwen2.5-VL's gated MLP
+    return int(depth * (4 * width * width + gated * width * intermediate))
 
 
 def _sliding_window(config: dict[str, Any], layers: int) -> tuple[int | None, int]:

@@ -139,3 +139,20 @@ def test_a_shared_expert_counts_in_total_and_active():
     spec = language_model_from_files(name="Qwen2-57B-A14B", config=config("qwen2-57b-a14b"))
     assert spec.params_b == pytest.approx(57.41, rel=0.01)         # the model card: 57B total
     assert spec.active_params_b == pytest.approx(14.2, rel=0.03)   # and 14B active
+
+
+def test_deepseek_latent_attention_holds_one_latent_per_layer_on_every_card():
+    spec = language_model_from_files(name="DeepSeek-R1", config=config("deepseek-r1"))
+    assert (spec.dtype, spec.max_context) == ("fp8", 163840)  # yarn: 4096 x 40
+    assert spec.params_b == pytest.approx(671, rel=0.005)       # the card: 671B (685B with the MTP module)
+    assert spec.active_params_b == pytest.approx(37, rel=0.03)  # and 37B active
+    # vLLM's MLA cache: kv_lora_rank 512 + qk_rope_head_dim 64 values a layer, 2 bytes each, not split by TP.
+    assert kv_bytes_per_token(spec, tp=1, pp=1, kv_bytes=2) == 61 * 576 * 2
+    assert kv_bytes_per_token(spec, tp=8, pp=1, kv_bytes=2) == 61 * 576 * 2
+
+
+def test_qwen2_5_vl_counts_its_gated_vision_tower():
+    spec = language_model_from_files(name="Qwen2.5-VL-3B-Instruct", config=config("qwen2.5-vl-3b"))
+    assert (spec.layers, spec.kv_heads, spec.max_context, spec.tied_embeddings) == (36, 2, 128000, True)
+    assert spec.vision_params_b == pytest.approx(0.63, abs=0.01)  # 32 x (4 x 1280^2 + 3 x 1280 x 3420)
+    assert spec.params_b == pytest.approx(3.75, rel=0.02)         # the copy's own note: "real 3.75B"
