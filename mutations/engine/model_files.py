@@ -238,10 +238,10 @@ def shapes_parameters(config: dict[str, Any], *, layers: int, heads: int, kv_hea
 
 def _latent_attention(config: dict[str, Any], *, hidden: int, heads: int) -> int:
     """MLA's projections: Q (through q_lora_rank when set), the KV latent, its expansion to every head, O."""
-    latent = config["kv_lora_rank"]
-    rope, nope = config.get("qk_rope_head_dim") or 0, config.get("qk_nope_head_dim") or 0
-    value = config.get("v_head_dim") or nope
-    q_rank = config.get("q_lora_rank")
+    latent = _first(config, "kv_lora_rank") or 0
+    rope, nope = _first(config, "qk_rope_head_dim") or 0, _first(config, "qk_nope_head_dim") or 0
+    value = _first(config, "v_head_dim") or nope
+    q_rank = _first(config, "q_lora_rank")
     query = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
     return query + hidden * (latent + rope) + latent * heads * (nope + value) + heads * value * hidden
 

@@ -36,22 +36,43 @@ _TOTAL_ACTIVE = re.compile(rf"(?<![0-9a-z.])(?P<total>{_NUMBER})b-a(?P<active>{_
 _DENSE = re.compile(r"(?<![0-9a-z.])(?P<size>[0-9]{1,4}(?:\.[0-9]{1,3})?)(?P<unit>[bm])(?![a-z0-9])")
 _MULTIMODAL = re.compile(r"(?:^|[-_.])(?:vl|vision|llava|omni|pixtral|mm|multimodal)(?:$|[-_.0-9])")
 
-# Families whose every published size uses grouped-query attention (or MLA), with the most KV a layer of any of
-# them holds per token (KV heads x head_dim) and the native context vLLM would default to (the largest in the
-# family). Sources: each family's config.json files (docs/sizing.md, "Models outside the catalog").
-#   (pattern on the lowercased name, family, KV heads, head_dim, native context)
+# Families whose every published size uses grouped-query attention, with the most KV a layer of any of them holds
+# per token (KV heads x head_dim), the native context vLLM would default to, and the layers that attend to a window
+# or a chunk only (the smallest share any size has). Sources: each family's config.json files (docs/sizing.md,
+# "Models outside the catalog"). The first pattern found decides: more specific names first.
+@dataclass(frozen=True)
+class Family:
+    """A model family the name proves: its KV shape, native context and windowed or chunked layers."""
+
+    pattern: re.Pattern[str]
+    name: str
+    kv_heads: int
+    head_dim: int
+    context: int
+    small_b: float = 0.0           # sizes up to this (billions) have small_context instead
+    small_context: int = 0
+    window: int | None = None      # sliding window on window_share of the layers
+    window_share: float = 0.0
+    chunk: int | None = None       # chunked attention on chunk_share of the layers
+    chunk_share: float = 0.0
+
+
 GQA_FAMILIES = (
-    (re.compile(r"llama[-_ ]?(?:3|4)"), "Llama-3/4", 8, 128, 131072),
-    (re.compile(r"qwen[-_ ]?3"), "Qwen3", 8, 128, 40960),
-    (re.compile(r"qwen[-_ ]?2"), "Qwen2/2.5", 8, 128, 32768),
-    (re.compile(r"deepseek-r1-distill"), "DeepSeek-R1 distills", 8, 128, 131072),
-    (re.compile(r"qwq"), "QwQ", 8, 128, 40960),
-    (re.compile(r"mixtral|mistral-7b|ministral|codestral|devstral|magistral|mistral-small"), "Mistral", 8, 128,
-     131072),
-    (re.compile(r"gemma[-_ ]?2"), "Gemma 2", 16, 128, 8192),
-    (re.compile(r"gemma[-_ ]?3"), "Gemma 3", 16, 128, 131072),
-    (re.compile(r"gpt-oss"), "gpt-oss", 8, 64, 131072),
-    (re.compile(r"phi-?4"), "Phi-4", 10, 128, 131072),
+    Family(re.compile(r"deepseek-r1-distill"), "DeepSeek-R1 distills", 8, 128, 131072),
+    Family(re.compile(r"llama[-_ ]?4"), "Llama 4", 8, 128, 131072, chunk=8192, chunk_share=3 / 4),
+    Family(re.compile(r"llama[-_ ]?3[._-]?[123](?![0-9])"), "Llama 3.1-3.3", 8, 128, 131072),
+    Family(re.compile(r"llama[-_ ]?3"), "Llama 3", 8, 128, 8192),
+    Family(re.compile(r"qwen[-_ ]?3.*2507"), "Qwen3-2507", 8, 128, 262144),
+    Family(re.compile(r"qwen[-_ ]?3|qwq"), "Qwen3", 8, 128, 40960),
+    Family(re.compile(r"qwen[-_ ]?2"), "Qwen2/2.5", 8, 128, 32768),
+    Family(re.compile(r"mistral-7b|mixtral-8x7b"), "Mistral 7B/Mixtral", 8, 128, 32768),
+    Family(re.compile(r"mixtral|ministral|codestral|devstral|magistral|mistral-small|mistral-nemo"), "Mistral", 8,
+           128, 131072),
+    Family(re.compile(r"gemma[-_ ]?2"), "Gemma 2", 16, 128, 8192, window=4096, window_share=1 / 2),
+    Family(re.compile(r"gemma[-_ ]?3"), "Gemma 3", 16, 128, 131072, small_b=1.0, small_context=32768, window=1024,
+           window_share=5 / 6),
+    Family(re.compile(r"gpt-oss"), "gpt-oss", 8, 64, 131072, window=128, window_share=1 / 2),
+    Family(re.compile(r"phi-?4"), "Phi-4", 10, 128, 131072),
 )
 # Gemma 2 and 3 hold 8 KV heads of 256 or 16 of 128: 2,048 values a layer either way (GQA_FAMILIES keeps 16 x 128).
 # The context assumed when neither the command nor a known family gives one (vLLM would use the model's
@@ -62,10 +83,10 @@ UNKNOWN_CONTEXT = 32768
 # 24 + 12 log2(1 + P in billions) layers (every catalog model has fewer: Llama-3.1-405B 126 of 128).
 ASPECT_HIDDEN_PER_LAYER = 80
 VOCAB = 262144  # the largest vocabulary in the catalog (Gemma 3's 262,208 rounded down to a power of 2 is close)
-VISION_MIN_B, VISION_SHARE = 1.0, 0.1
+VISION_MIN_B, VISION_SHARE = 1.0, 0.1  # a vision tower: at least 1B parameters or 10 % of the name's size
 # Names round the size down (Qwen2.5-7B holds 7.616B, Llama-3.2-1B 1.236B, gemma-2-2b 2.614B): the weights are
 # taken as the name's size x 1.1 + 0.5B, above every catalog model's.
-NAME_SIZE_FACTOR, NAME_SIZE_PLUS_B = 1.1, 0.5  # a vision tower: at least 1B parameters or 10 % of the name's size
+NAME_SIZE_FACTOR, NAME_SIZE_PLUS_B = 1.1, 0.5
 
 
 @dataclass(frozen=True)
@@ -127,13 +148,10 @@ def name_size(name: str) -> NameSize | None:
     return best
 
 
-def gqa_family(name: str) -> tuple[str, int, int, int] | None:
-    """(family, KV heads, head_dim, native context) when the name proves a known GQA family."""
+def gqa_family(name: str) -> Family | None:
+    """The GQA family the name proves, if any."""
     lowered = name.lower()
-    for pattern, family, kv_heads, head_dim, context in GQA_FAMILIES:
-        if pattern.search(lowered):
-            return family, kv_heads, head_dim, context
-    return None
+    return next((family for family in GQA_FAMILIES if family.pattern.search(lowered)), None)
 
 
 def conservative_spec(name: str, size: NameSize) -> tuple[LanguageModelSpec, str | None, int]:
@@ -142,11 +160,16 @@ def conservative_spec(name: str, size: NameSize) -> tuple[LanguageModelSpec, str
     hidden = _round_up(max(512.0, (ASPECT_HIDDEN_PER_LAYER * shape_params / 12) ** (1 / 3)), 128)
     layers = math.ceil(24 + 12 * math.log2(1 + size.total_b))
     family = gqa_family(name)
+    window = chunk = None
+    window_layers = chunk_layers = 0
     if family is not None:
-        family_name, kv_heads, head_dim, context = family
+        kv_heads, head_dim = family.kv_heads, family.head_dim
+        context = family.small_context if size.total_b <= family.small_b else family.context
+        # The share of layers that hold a window or chunk only, rounded down: the rest hold the whole context.
+        window, window_layers = family.window, math.floor(layers * family.window_share)
+        chunk, chunk_layers = family.chunk, math.floor(layers * family.chunk_share)
     else:
-        family_name, context = None, UNKNOWN_CONTEXT
-        head_dim = 128
+        context, head_dim = UNKNOWN_CONTEXT, 128
         kv_heads = max(1, math.ceil(hidden / head_dim))  # every attention head has its own K and V
     vision = 0.0
     if _MULTIMODAL.search(name.lower().rsplit("/", 1)[-1]):
@@ -156,8 +179,10 @@ def conservative_spec(name: str, size: NameSize) -> tuple[LanguageModelSpec, str
         layers=layers, kv_heads=kv_heads, head_dim=head_dim, hidden_size=hidden, vocab_size=VOCAB, max_context=context,
         active_params_b=size.active_b if size.active_b < size.total_b else None,
         attention_heads=max(kv_heads, math.ceil(hidden / head_dim)), vision_params_b=vision,
+        sliding_window=window, sliding_window_layers=window_layers if window else 0,
+        chunked_attention_size=chunk, chunked_attention_layers=chunk_layers if chunk else 0,
     )
-    return spec, family_name, context
+    return spec, family.name if family else None, context
 
 
 def unknown_model_estimate(*, name: str, knobs: Knobs) -> UnknownEstimate | None:

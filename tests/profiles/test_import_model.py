@@ -19,14 +19,24 @@ pytestmark = pytest.mark.django_db
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "models"
 IMPORT = "/api/v1/models/import/"
+PHI = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "microsoft--Phi-3-mini-4k-instruct.json")
 GEMMA_URL = "https://huggingface.co/google/gemma-3-12b-it/blob/main/config.json"
 SOURCE = ["--source-url", "https://example.com/config.json"]
 
 
-def test_a_directory_becomes_a_catalog_entry_sized_from_its_architecture(capsys):
+def model_dir(tmp_path: Path, fixture: str) -> Path:
+    """A model directory as a download leaves it: <name>/config.json (from tests/fixtures/models/<fixture>.json)."""
+    folder = tmp_path / fixture.rsplit("--", 1)[-1]
+    folder.mkdir()
+    shutil.copy(FIXTURES / f"{fixture}.json", folder / "config.json")
+    return folder
+
+
+def test_a_directory_becomes_a_catalog_entry_sized_from_its_architecture(capsys, tmp_path):
+    gemma = model_dir(tmp_path, "google--gemma-3-12b-it")
     with pytest.raises(CommandError, match="--source-url"):
-        call_command("import_model", str(FIXTURES / "gemma-3-12b-it"))
-    call_command("import_model", str(FIXTURES / "gemma-3-12b-it"), "--name", "my-gemma-3-12b",
+        call_command("import_model", str(gemma))
+    call_command("import_model", str(gemma), "--name", "my-gemma-3-12b",
                  "--identifier", "acme/my-gemma-3-12b", "--source-url", GEMMA_URL)
     row = LanguageModel.objects.get(name="my-gemma-3-12b")
     assert (row.layers, row.attention_heads, row.kv_heads, row.head_dim) == (48, 16, 8, 256)
@@ -40,15 +50,15 @@ def test_a_directory_becomes_a_catalog_entry_sized_from_its_architecture(capsys)
 
 
 def test_importing_a_name_twice_needs_replace(tmp_path):
-    call_command("import_model", str(FIXTURES / "phi-3-mini-4k-instruct"), "--name", "phi3-copy", *SOURCE)
+    call_command("import_model", PHI, "--name", "phi3-copy", *SOURCE)
     with pytest.raises(CommandError, match="exists"):
-        call_command("import_model", str(FIXTURES / "phi-3-mini-4k-instruct"), "--name", "phi3-copy", *SOURCE)
-    call_command("import_model", str(FIXTURES / "phi-3-mini-4k-instruct"), "--name", "phi3-copy", "--replace", *SOURCE)
+        call_command("import_model", PHI, "--name", "phi3-copy", *SOURCE)
+    call_command("import_model", PHI, "--name", "phi3-copy", "--replace", *SOURCE)
     assert LanguageModel.objects.filter(name="phi3-copy").count() == 1
 
 
 def test_a_safetensors_header_in_the_directory_gives_the_exact_count(tmp_path):
-    shutil.copy(FIXTURES / "qwen2-7b-instruct" / "config.json", tmp_path / "config.json")
+    shutil.copy(FIXTURES / "Qwen--Qwen2-7B-Instruct.json", tmp_path / "config.json")
     body = json.dumps({"model.embed_tokens.weight": {"dtype": "BF16", "shape": [7_615_616_512],
                                                      "data_offsets": [0, 0]}}).encode()
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + b"\0" * 64)
@@ -57,7 +67,7 @@ def test_a_safetensors_header_in_the_directory_gives_the_exact_count(tmp_path):
 
 
 def test_an_unreadable_config_names_the_field(tmp_path):
-    config = json.loads((FIXTURES / "qwen2-7b-instruct" / "config.json").read_text())
+    config = json.loads((FIXTURES / "Qwen--Qwen2-7B-Instruct.json").read_text())
     config["num_key_value_heads"] = 5
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(CommandError, match=r"config\.json num_key_value_heads"):
@@ -73,7 +83,7 @@ def test_a_hub_id_is_fetched_with_huggingface_hub_and_the_token(monkeypatch, tmp
 
     def download(repo_id, filename, *, revision=None, token=None):
         asked.update(repo_id=repo_id, filename=filename, token=token)
-        return str(FIXTURES / "mixtral-8x7b" / "config.json")
+        return str(FIXTURES / "mistralai--Mixtral-8x7B-Instruct-v0.1.json")
 
     tensors = {"model.layers.0.w": SimpleNamespace(dtype="BF16", shape=[46_702_792_704])}
     metadata = SimpleNamespace(files_metadata={"model-00001.safetensors": SimpleNamespace(tensors=tensors)})
@@ -101,7 +111,7 @@ def upload(name: str, data: bytes) -> SimpleUploadedFile:
 
 
 def test_operator_uploads_config_json_and_the_catalog_serves_it(operator_api, django_capture_on_commit_callbacks):
-    config = (FIXTURES / "gpt-oss-20b" / "config.json").read_bytes()
+    config = (FIXTURES / "openai--gpt-oss-20b.json").read_bytes()
     with django_capture_on_commit_callbacks(execute=True):
         response = operator_api.post(IMPORT, {"config": upload("config.json", config), "name": "oss-20b-copy",
                                               "identifiers": ["acme/oss-20b-copy"],
@@ -127,7 +137,7 @@ def test_unreadable_or_inconsistent_files_are_a_400_naming_the_field(operator_ap
     parts = {"name": "upload-test"}
     for part, data in files.items():
         if data == "mixtral":
-            data = (FIXTURES / "mixtral-8x7b" / "config.json").read_bytes()
+            data = (FIXTURES / "mistralai--Mixtral-8x7B-Instruct-v0.1.json").read_bytes()
         parts[part] = upload(part, data)
     response = operator_api.post(IMPORT, parts, format="multipart")
     assert response.status_code == 400 and field in response.json(), response.json()
@@ -135,7 +145,7 @@ def test_unreadable_or_inconsistent_files_are_a_400_naming_the_field(operator_ap
 
 
 def test_a_reader_cannot_import(reader_api):
-    config = (FIXTURES / "phi-3-mini-4k-instruct" / "config.json").read_bytes()
+    config = (FIXTURES / "microsoft--Phi-3-mini-4k-instruct.json").read_bytes()
     response = reader_api.post(IMPORT, {"config": upload("config.json", config)}, format="multipart")
     assert response.status_code == 403
 
@@ -145,7 +155,7 @@ ADMIN_IMPORT = "/admin/profiles/languagemodel/import/"
 
 def test_the_admin_imports_a_model_from_its_files(staff_client):
     assert "Import from config.json" in staff_client.get("/admin/profiles/languagemodel/").content.decode()
-    config = (FIXTURES / "qwen2-57b-a14b" / "config.json").read_bytes()
+    config = (FIXTURES / "Qwen--Qwen2-57B-A14B.json").read_bytes()
     response = staff_client.post(ADMIN_IMPORT, {"config": upload("config.json", config), "name": "qwen2-moe-copy",
                                                 "source_url": "https://huggingface.co/Qwen/Qwen2-57B-A14B"})
     row = LanguageModel.objects.get(name="qwen2-moe-copy")
@@ -154,7 +164,7 @@ def test_the_admin_imports_a_model_from_its_files(staff_client):
 
 
 def test_the_admin_shows_which_file_and_key_is_wrong(staff_client):
-    config = json.loads((FIXTURES / "qwen2-7b-instruct" / "config.json").read_text())
+    config = json.loads((FIXTURES / "Qwen--Qwen2-7B-Instruct.json").read_text())
     del config["vocab_size"]
     response = staff_client.post(ADMIN_IMPORT, {"config": upload("config.json", json.dumps(config).encode()),
                                                 "name": "broken", "source_url": "https://example.com/config.json"})

@@ -52,7 +52,8 @@ class Command(BaseCommand):
         identifiers = list(identifier)
         if path.exists():
             files = self._local(path, index, safetensors)
-            default_name = (path if path.is_dir() else path.parent).resolve().name
+            # A directory is named for the model (Hugging Face's snapshot layout); a lone file may be org--name.json.
+            default_name = path.resolve().name if path.is_dir() else path.stem.rsplit("--", 1)[-1]
             origin = str(files["config"].get("_name_or_path") or "")
             if source_url:
                 url = source_url

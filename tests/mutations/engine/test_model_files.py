@@ -18,11 +18,12 @@ MODELS = Path(__file__).resolve().parents[2] / "fixtures" / "models"
 
 
 def config(name: str) -> dict:
-    return json.loads((MODELS / name / "config.json").read_text())
+    """tests/fixtures/models/<org>--<model>.json: a copy of the model's config.json, its `_source` saying where from."""
+    return json.loads((MODELS / f"{name}.json").read_text())
 
 
 def test_phi_3_mini_has_no_gqa_and_no_window_vllm_applies():
-    spec = language_model_from_files(name="Phi-3-mini-4k-instruct", config=config("phi-3-mini-4k-instruct"))
+    spec = language_model_from_files(name="Phi-3-mini-4k-instruct", config=config("microsoft--Phi-3-mini-4k-instruct"))
     assert (spec.layers, spec.attention_heads, spec.kv_heads, spec.head_dim) == (32, 32, 32, 96)
     assert (spec.max_context, spec.dtype, spec.tied_embeddings, spec.sliding_window) == (4096, "bf16", False, None)
     assert spec.params_b == pytest.approx(3.821, abs=0.01)  # the safetensors total: 3,821,079,552
@@ -30,14 +31,14 @@ def test_phi_3_mini_has_no_gqa_and_no_window_vllm_applies():
 
 
 def test_mixtral_holds_every_expert():
-    spec = language_model_from_files(name="Mixtral-8x7B-v0.1", config=config("mixtral-8x7b"))
+    spec = language_model_from_files(name="Mixtral-8x7B-v0.1", config=config("mistralai--Mixtral-8x7B-Instruct-v0.1"))
     assert spec.params_b == pytest.approx(46.703, abs=0.01)      # 46,702,792,704 in its files
     assert spec.active_params_b == pytest.approx(12.879, abs=0.01)
     assert (spec.kv_heads, spec.head_dim, spec.max_context) == (8, 128, 32768)
 
 
 def test_gpt_oss_is_mxfp4_with_a_window_on_half_its_layers_and_yarn_context():
-    spec = language_model_from_files(name="gpt-oss-20b", config=config("gpt-oss-20b"))
+    spec = language_model_from_files(name="gpt-oss-20b", config=config("openai--gpt-oss-20b"))
     assert (spec.dtype, spec.sliding_window, spec.sliding_window_layers) == ("mxfp4", 128, 12)
     assert spec.max_context == 131072  # yarn: 4096 x 32, as max_position_embeddings says
     assert spec.params_b == pytest.approx(20.914, rel=0.01)
@@ -46,7 +47,7 @@ def test_gpt_oss_is_mxfp4_with_a_window_on_half_its_layers_and_yarn_context():
 
 
 def test_sliding_window_layers_hold_only_the_window():
-    spec = language_model_from_files(name="gpt-oss-20b", config=config("gpt-oss-20b"))
+    spec = language_model_from_files(name="gpt-oss-20b", config=config("openai--gpt-oss-20b"))
     long = catalog_need(spec, Knobs(max_model_len=131072))
     full = 2 * 24 * 8 * 64 * 2 * 131072 / 2**20
     assert long.kv_mib < 0.6 * full  # 12 full layers, 12 of 128 + 2,048 tokens
@@ -83,7 +84,7 @@ def _header(tensors: dict) -> bytes:
 
 
 def test_a_safetensors_header_gives_the_exact_count():
-    phi = config("phi-3-mini-4k-instruct")
+    phi = config("microsoft--Phi-3-mini-4k-instruct")
     tensors = {"__metadata__": {"format": "pt"},
                "model.embed_tokens.weight": {"dtype": "BF16", "shape": [32064, 3072], "data_offsets": [0, 0]},
                "lm_head.weight": {"dtype": "BF16", "shape": [32064, 3072], "data_offsets": [0, 0]},
@@ -94,7 +95,7 @@ def test_a_safetensors_header_gives_the_exact_count():
 
 def test_an_index_of_another_model_is_refused_naming_the_field():
     with pytest.raises(ModelFileError) as error:
-        language_model_from_files(name="phi", config=config("phi-3-mini-4k-instruct"),
+        language_model_from_files(name="phi", config=config("microsoft--Phi-3-mini-4k-instruct"),
                                   index={"metadata": {"total_size": 16_060_522_496}, "weight_map": {}})
     assert error.value.field == "model.safetensors.index.json metadata.total_size"
 
@@ -106,7 +107,7 @@ def test_an_index_of_another_model_is_refused_naming_the_field():
     ({"quantization_config": {"quant_method": "hqq"}}, "config.json quantization_config.quant_method"),
 ])
 def test_unreadable_values_name_their_key(change, field):
-    broken = {**config("phi-3-mini-4k-instruct"), **change}
+    broken = {**config("microsoft--Phi-3-mini-4k-instruct"), **change}
     broken = {k: v for k, v in broken.items() if v is not None}
     with pytest.raises(ModelFileError) as error:
         language_model_from_files(name="phi", config=broken)
@@ -120,7 +121,7 @@ def test_a_truncated_safetensors_header_is_refused():
 
 
 def test_gemma_3_reads_the_text_model_the_window_and_the_vision_tower():
-    spec = language_model_from_files(name="gemma-3-12b-it", config=config("gemma-3-12b-it"))
+    spec = language_model_from_files(name="gemma-3-12b-it", config=config("google--gemma-3-12b-it"))
     assert (spec.layers, spec.kv_heads, spec.head_dim, spec.hidden_size) == (48, 8, 256, 3840)
     assert (spec.sliding_window, spec.sliding_window_layers, spec.max_context) == (1024, 40, 131072)
     assert spec.tied_embeddings  # Gemma ties its embeddings by default (no key in the file)
@@ -129,20 +130,20 @@ def test_gemma_3_reads_the_text_model_the_window_and_the_vision_tower():
 
 
 def test_qwen2_dense_gqa_without_its_switched_off_window():
-    spec = language_model_from_files(name="Qwen2-7B-Instruct", config=config("qwen2-7b-instruct"))
+    spec = language_model_from_files(name="Qwen2-7B-Instruct", config=config("Qwen--Qwen2-7B-Instruct"))
     assert (spec.kv_heads, spec.attention_heads, spec.head_dim, spec.sliding_window) == (4, 28, 128, None)
     assert spec.params_b == pytest.approx(7.616, rel=0.01)  # the safetensors total: 7,615,616,512
     assert kv_bytes_per_token(spec, tp=1, pp=1, kv_bytes=2) == 57344
 
 
 def test_a_shared_expert_counts_in_total_and_active():
-    spec = language_model_from_files(name="Qwen2-57B-A14B", config=config("qwen2-57b-a14b"))
+    spec = language_model_from_files(name="Qwen2-57B-A14B", config=config("Qwen--Qwen2-57B-A14B"))
     assert spec.params_b == pytest.approx(57.41, rel=0.01)         # the model card: 57B total
     assert spec.active_params_b == pytest.approx(14.2, rel=0.03)   # and 14B active
 
 
 def test_deepseek_latent_attention_holds_one_latent_per_layer_on_every_card():
-    spec = language_model_from_files(name="DeepSeek-R1", config=config("deepseek-r1"))
+    spec = language_model_from_files(name="DeepSeek-R1", config=config("deepseek-ai--DeepSeek-R1"))
     assert (spec.dtype, spec.max_context) == ("fp8", 163840)  # yarn: 4096 x 40
     assert spec.params_b == pytest.approx(671, rel=0.005)       # the card: 671B (685B with the MTP module)
     assert spec.active_params_b == pytest.approx(37, rel=0.03)  # and 37B active
@@ -152,7 +153,7 @@ def test_deepseek_latent_attention_holds_one_latent_per_layer_on_every_card():
 
 
 def test_qwen2_5_vl_counts_its_gated_vision_tower():
-    spec = language_model_from_files(name="Qwen2.5-VL-3B-Instruct", config=config("qwen2.5-vl-3b"))
+    spec = language_model_from_files(name="Qwen2.5-VL-3B-Instruct", config=config("Qwen--Qwen2.5-VL-3B-Instruct"))
     assert (spec.layers, spec.kv_heads, spec.max_context, spec.tied_embeddings) == (36, 2, 128000, True)
     assert spec.vision_params_b == pytest.approx(0.63, abs=0.01)  # 32 x (4 x 1280^2 + 3 x 1280 x 3420)
     assert spec.params_b == pytest.approx(3.75, rel=0.02)         # the copy's own note: "real 3.75B"

@@ -1,6 +1,8 @@
 """Models outside the catalog: the conservative estimate from the name, and that no grant falls below it."""
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -8,6 +10,7 @@ from hypothesis import strategies as st
 
 from mutations.engine import Catalog, MutationContext, PolicySpec, PresetSpec, mutate_pod
 from mutations.engine.memory import Knobs, LanguageModelSpec, catalog_need
+from mutations.engine.model_files import language_model_from_files
 from mutations.engine.unknown_models import name_size, unknown_model_estimate
 from tests.support import pods
 
@@ -34,6 +37,18 @@ REAL = [
     ("acme/llama-2-7b-ft", LanguageModelSpec("l2", 6.738, 32, 32, 128, 4096, 32000, 4096)),
     ("acme/llama-2-13b-ft", LanguageModelSpec("l13", 13.016, 40, 40, 128, 5120, 32000, 4096)),
 ]
+
+
+# Every model of tests/fixtures/models whose name states its size, under its own name: how it is sized when the
+# catalog does not have it (its config.json parsed as an import would).
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "models"
+PUBLISHED = [(path.stem.replace("--", "/"), language_model_from_files(name=path.stem,
+                                                                     config=json.loads(path.read_text())))
+             for path in sorted(FIXTURES.glob("*.json")) if name_size(path.stem.split("--")[-1])]
+
+
+def test_the_published_models_with_a_size_in_their_name_are_many():
+    assert len(PUBLISHED) >= 12, [name for name, _ in PUBLISHED]
 
 
 @pytest.mark.parametrize("name, total, active", [
@@ -90,8 +105,8 @@ def test_the_warning_says_unknown_and_how_to_add_it():
 ENGINES = st.sampled_from(["vllm", "sglang", "tgi", "llama.cpp", "kserve-huggingface"])
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.sampled_from(REAL), st.integers(512, 32768), st.sampled_from([1, 2, 4, 8]), ENGINES,
+@settings(max_examples=600, deadline=None)
+@given(st.sampled_from(REAL + PUBLISHED), st.integers(512, 32768), st.sampled_from([1, 2, 4, 8]), ENGINES,
        st.sampled_from([None, "fp8"]), st.sampled_from([None, "awq", "fp8", "gguf:q4_k_m"]))
 def test_the_estimate_covers_every_real_model_of_its_size_class(real, context, tp, engine, kv_dtype, weight_type):
     name, spec = real
