@@ -218,16 +218,21 @@ def shapes_parameters(config: dict[str, Any], *, layers: int, heads: int, kv_hea
         attention = _latent_attention(config, hidden=hidden, heads=heads)
     intermediate = config.get("intermediate_size") or 4 * hidden
     dense = min(layers, config.get("first_k_dense_replace") or 0) if experts else 0
-    dense_layer = attention + 3 * hidden * intermediate + 2 * hidden
+    dense_layer = attention + 3 * hidden * (config.get("intermediate_size_mlp") or intermediate) + 2 * hidden
+    llama4 = str(config.get("model_type", "")).startswith("llama4")
+    if experts and llama4:
+        # Llama 4: every interleave_moe_layer_step-th layer has the experts (and a shared one of the same width),
+        # the others a dense MLP of intermediate_size_mlp.
+        dense = layers - layers // max(1, config.get("interleave_moe_layer_step") or 1)
     if experts:
         expert_width = config.get("moe_intermediate_size") or intermediate
         expert = 3 * hidden * expert_width
         shared = 3 * hidden * (config.get("shared_expert_intermediate_size") or 0)
-        shared += 3 * hidden * expert_width * (config.get("n_shared_experts") or 0)
+        shared += 3 * hidden * expert_width * (config.get("n_shared_experts") or (1 if llama4 else 0))
         router = hidden * experts
         total_layer = attention + experts * expert + shared + router + 2 * hidden
         active_layer = attention + per_token * expert + shared + router + 2 * hidden
-        # DeepSeek's first_k_dense_replace layers have a dense MLP instead of experts.
+        # DeepSeek's first_k_dense_replace layers (and Llama 4's between expert layers) have a dense MLP instead.
         moe = layers - dense
         return (embeddings + dense * dense_layer + moe * total_layer,
                 embeddings + dense * dense_layer + moe * active_layer)

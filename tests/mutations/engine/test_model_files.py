@@ -157,3 +157,24 @@ def test_qwen2_5_vl_counts_its_gated_vision_tower():
     assert (spec.layers, spec.kv_heads, spec.max_context, spec.tied_embeddings) == (36, 2, 128000, True)
     assert spec.vision_params_b == pytest.approx(0.63, abs=0.01)  # 32 x (4 x 1280^2 + 3 x 1280 x 3420)
     assert spec.params_b == pytest.approx(3.75, rel=0.02)         # the copy's own note: "real 3.75B"
+
+
+# Llama 4's text model, its numbers as the published config.json gives them (the fields sizing reads; Scout:
+# meta-llama/Llama-4-Scout-17B-16E-Instruct, Maverick: -Maverick-17B-128E-Instruct).
+LLAMA_4 = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+           "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+           "num_experts_per_tok": 1, "vocab_size": 202048, "attention_chunk_size": 8192,
+           "no_rope_layers": [1, 1, 1, 0] * 12, "max_position_embeddings": 10485760, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("experts, step, total_b", [(16, 1, 107.8), (128, 2, 400.7)], ids=["scout", "maverick"])
+def test_llama_4_holds_every_expert_and_chunks_three_layers_in_four(experts, step, total_b):
+    text = {**LLAMA_4, "num_local_experts": experts, "interleave_moe_layer_step": step}
+    spec = language_model_from_files(name="llama-4", config={"model_type": "llama4", "text_config": text})
+    # The cards: 109B and 400B in all with the vision tower (about 1B: not in this text-only config), 17B active.
+    assert spec.params_b == pytest.approx(total_b, rel=0.01)
+    assert spec.active_params_b == pytest.approx(17.2, rel=0.03)
+    assert (spec.chunked_attention_size, spec.chunked_attention_layers) == (8192, 36)
+    long = catalog_need(spec, Knobs(tp=8, max_model_len=131072))
+    # 12 global layers hold the 131,072 tokens, 36 only a chunk (8,192 + a batch of 2,048): under a third of 48 full.
+    assert long.kv_mib < kv_bytes_per_token(spec, tp=8, pp=1, kv_bytes=2) * 131072 / 2**20 / 3
