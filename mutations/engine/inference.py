@@ -262,7 +262,7 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
                                   "method": "not in the catalog, no size in its name", "per_card_mib": None})
         need = estimate.need
         how = f"not in the catalog; conservative estimate for {estimate.size.text.upper()}"
-        warnings.append(estimate.warning(who, served))
+        warnings.append(estimate.warning(who, command.model))
     if assumed:
         how = f"{how}; {assumed}"
     field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"

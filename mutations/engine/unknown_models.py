@@ -25,7 +25,7 @@ from .memory import (
 )
 
 # How to add a model, said in every warning about an unknown one.
-HOW_TO_ADD = "add it: manage.py import_model <hub id or dir>, or POST config.json to /api/v1/models/import/"
+HOW_TO_ADD = "add it: manage.py import_model <hub id> or /api/v1/models/import/"
 
 # Mixture-of-experts names: Mixtral's `8x7B` (8 experts of a 7B shape), Llama 4's `17B-16E` (17B active,
 # 16 experts), Qwen's `30B-A3B` (30B total, 3B active).
@@ -112,13 +112,13 @@ class UnknownEstimate:
     @property
     def attention(self) -> str:
         if self.family:
-            return f"{self.family} GQA, {self.spec.kv_heads}x{self.spec.head_dim} KV"
-        return "full multi-head KV assumed"
+            return f"{self.family} KV {self.spec.kv_heads}x{self.spec.head_dim}"
+        return "full multi-head KV"
 
-    def warning(self, who: str, served: str) -> str:
-        """One line for kubectl: unknown, what was assumed, the grant, how to add the model."""
-        return (f"{who}: {served} is not in the model catalog; sized {self.need.per_card_mib:,} MiB/card as a "
-                f"{self.size.text.upper()} ({self.attention}, {self.context:,} tokens): {HOW_TO_ADD}")
+    def warning(self, who: str, model: str) -> str:
+        """One line for kubectl (the fix first, so a cut keeps it): unknown, how to add it, what was assumed."""
+        return (f"{who}: {model} is not in the model catalog ({HOW_TO_ADD}); sized {self.need.per_card_mib:,} MiB "
+                f"a card as a {self.size.text.upper()}, {self.attention}, {self.context:,} tokens")
 
 
 def name_size(name: str) -> NameSize | None:
