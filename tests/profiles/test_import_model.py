@@ -12,6 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
 from mutations.engine import Knobs, catalog_need
+from mutations.engine.model_files import language_model_from_files
 from profiles.catalog import catalog_current, language_model_spec
 from profiles.models import LanguageModel
 
@@ -171,3 +172,29 @@ def test_the_admin_shows_which_file_and_key_is_wrong(staff_client):
     assert response.status_code == 200
     assert "config.json vocab_size: missing" in response.content.decode()
     assert not LanguageModel.objects.filter(name="broken").exists()
+
+
+SEEDED = {  # the seeded entry each fixture's config.json describes
+    "Qwen--Qwen2.5-7B-Instruct": "Qwen2.5-7B-Instruct",
+    "meta-llama--Llama-3.1-8B-Instruct": "Llama-3.1-8B-Instruct",
+    "deepseek-ai--DeepSeek-R1-Distill-Llama-8B": "DeepSeek-R1-Distill-Llama-8B",
+    "mistralai--Mistral-7B-Instruct-v0.3": "Mistral-7B-Instruct-v0.3",
+    "mistralai--Mixtral-8x7B-Instruct-v0.1": "Mixtral-8x7B-Instruct-v0.1",
+    "google--gemma-2-9b-it": "gemma-2-9b-it",
+    "google--gemma-3-12b-it": "gemma-3-12b-it",
+    "microsoft--Phi-3-mini-4k-instruct": "Phi-3-mini-4k-instruct",
+    "openai--gpt-oss-20b": "gpt-oss-20b",
+}
+
+
+@pytest.mark.parametrize("fixture, name", SEEDED.items(), ids=list(SEEDED.values()))
+def test_the_seeded_entry_is_what_importing_its_config_json_gives(fixture, name):
+    imported = language_model_from_files(name=name, config=json.loads((FIXTURES / f"{fixture}.json").read_text()))
+    seeded = language_model_spec(LanguageModel.objects.get(name=name))
+    for field in ("layers", "attention_heads", "kv_heads", "head_dim", "hidden_size", "vocab_size", "max_context",
+                  "dtype", "tied_embeddings", "sliding_window", "sliding_window_layers", "chunked_attention_layers",
+                  "kv_shared_layers"):
+        assert getattr(imported, field) == getattr(seeded, field), field
+    # Counted from the shapes (biases and norms aside) against the safetensors totals the seed keeps.
+    assert imported.params_b == pytest.approx(seeded.params_b, rel=0.01)
+    assert imported.vision_params_b == pytest.approx(seeded.vision_params_b, abs=0.01)
