@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('profiles', '0007_change_log'),
+        ('profiles', '0009_gpu_inventory'),
     ]
 
     operations = [
