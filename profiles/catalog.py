@@ -99,7 +99,9 @@ def language_model_spec(row: LanguageModel) -> LanguageModelSpec:
         dtype=row.dtype, tied_embeddings=row.tied_embeddings,
         active_params_b=float(row.active_params_b) if row.active_params_b is not None else None,
         sliding_window=row.sliding_window, sliding_window_layers=row.sliding_window_layers,
-        identifiers=tuple(row.identifiers or ()), source_url=row.source_url,
+        identifiers=tuple(row.identifiers or ()), source_url=row.source_url, attention_heads=row.attention_heads,
+        chunked_attention_size=row.chunked_attention_size, chunked_attention_layers=row.chunked_attention_layers,
+        kv_shared_layers=row.kv_shared_layers, vision_params_b=float(row.vision_params_b or 0),
     )
 
 

@@ -38,6 +38,7 @@ from .specs import (
     is_namespace_pattern,
     select_policy,
 )
+from .unknown_models import UnknownEstimate, unknown_model_estimate
 
 __all__ = [
     "ANN_PRESET", "ANN_SKIP", "BUILTIN_POLICY", "GPU_RESOURCE",
@@ -45,8 +46,9 @@ __all__ = [
     "JsonObject", "Knobs", "LanguageModelSpec", "Mode", "MutationContext", "MutationResult", "Need", "NodePoolSpec",
     "PodVerdict", "PolicySpec",
     "PresetSpec",
-    "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand", "UnknownModel",
+    "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand", "UnknownEstimate", "UnknownModel",
     "catalog_mark", "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",
     "model_key", "mutate_pod", "pod_gpus_requested", "pod_verdict", "serving_command_read", "serving_size",
     "parse_quantity", "parse_review", "pod_from_inputs", "pod_inputs", "review_response", "select_policy",
+    "unknown_model_estimate",
 ]

@@ -30,8 +30,6 @@ from .memory import (
     catalog_need,
     fallback_need,
     largest_context_fitting,
-    size_from_name,
-    weight_bytes_per_param,
 )
 from .model_source import (
     NO_POD,
@@ -46,6 +44,7 @@ from .pod import Container
 from .serving import LLAMA_CPP, VLLM, Launch, ServingCommand, container_launch_read
 from .serving_memo import container_gpus, serving_memo_key
 from .specs import GPU_RESOURCE, GpuModelSpec, JsonObject, UnknownModel
+from .unknown_models import HOW_TO_ADD, UnknownEstimate, unknown_model_estimate
 
 # Name suffixes of quantized checkpoints -> weight type (DTYPE_BYTES), longest first.
 _NAME_QUANT = (
@@ -247,32 +246,28 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
                   kv_cache_dtype=command.kv_cache_dtype, max_num_seqs=command.max_num_seqs,
                   max_num_batched_tokens=command.max_num_batched_tokens, sequences=sequences)
     served = f"{command.engine} serving {command.model}"
+    estimate: UnknownEstimate | None = None
     if model is not None:
         need = catalog_need(model, knobs)
         how = _catalog_method(model.name)
     else:
         if pod.unknown_model is UnknownModel.DENY:
             _unknown(container, f"{command.model} is not in the model catalog", pod, warnings)
-        size = size_from_name(command.model)
-        if size is None:
+        estimate = unknown_model_estimate(name=command.model, knobs=knobs)
+        if estimate is None:
             warnings.append(f"{who}: {served}: the model is not in the catalog and its name states no size; "
-                            "sized by the namespace default (add it to the model catalog, /api/v1/models/, or set "
-                            f"{ANN_MODEL} to a catalog name)")
+                            f"sized by the namespace default ({HOW_TO_ADD}, or set {ANN_MODEL} to a catalog name)")
             return ServingSizing(None, "model not in the catalog", container.name,
                                  {"engine": command.engine, "model": command.model, "matched": None,
                                   "method": "not in the catalog, no size in its name", "per_card_mib": None})
-        per_param = weight_bytes_per_param(weight_type, "bf16")
-        need = fallback_need(size[0], parallel=parallel, bytes_per_param=per_param,
-                             weight_type=weight_type or "bf16", fraction=knobs.memory_fraction or 0.9)
-        how = f"not in the catalog; estimated from {size[1].upper()} in its name"
-        warnings.append(f"{who}: {served} is not in the model catalog: sized from the {size[1].upper()} in its name "
-                        "with a conservative estimate; add the model to the catalog (/api/v1/models/) for a "
-                        "grant that follows its architecture and context")
+        need = estimate.need
+        how = f"not in the catalog; conservative estimate for {estimate.size.text.upper()}"
+        warnings.append(estimate.warning(who, command.model))
     if assumed:
         how = f"{how}; {assumed}"
     field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
     if card is not None and need.per_card_mib > card.memory_mib:
-        raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel, group),
+        raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel, group, estimate),
                      rule="gpu.card_memory")
     source = f"serving command: {served} ({how})"
     where = f", {group.size}-Pod group" if group else ""
@@ -286,7 +281,8 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
 
 
 def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, model: LanguageModelSpec | None,
-             knobs: Knobs, parallel: int, group: ServingGroup | None = None) -> str:
+             knobs: Knobs, parallel: int, group: ServingGroup | None = None,
+             estimate: UnknownEstimate | None = None) -> str:
     text = (f"{who}: {served} ({how}) needs {need.per_card_mib:,} MiB per card to start ({need.breakdown()}), "
             f"more than one {card.name} has ({card.memory_mib:,} MiB)")
     fixes = []
@@ -295,10 +291,11 @@ def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, mo
             continue
         if model is not None:
             wider = catalog_need(model, _knobs_tp(knobs, tp)).per_card_mib
+        elif estimate is not None:
+            wider = max(catalog_need(estimate.spec, _knobs_tp(knobs, tp)).per_card_mib, _gpustack_mib(need, parallel,
+                                                                                                      tp * knobs.pp))
         else:
-            weights_gb = need.weights_mib * parallel * 2**20 / 1e9
-            wider = fallback_need(weights_gb, parallel=tp * knobs.pp, bytes_per_param=1.0,
-                                  weight_type=need.weight_type, fraction=need.fraction).per_card_mib
+            wider = _gpustack_mib(need, parallel, tp * knobs.pp)
         if wider <= card.memory_mib:
             ask = gpus_fix(tp * knobs.pp, group.size if group else 1, group).removeprefix("ask for ")
             fixes.append(f"tensor parallel over {tp * knobs.pp} GPUs fits ({wider:,} MiB per card): "
@@ -308,9 +305,21 @@ def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, mo
         context = largest_context_fitting(model, knobs, card.memory_mib)
         if context is not None:
             fixes.append(f"--max-model-len {context} fits on {parallel} GPU(s)")
+    if estimate is not None and not knobs.kv_cache_memory_bytes:
+        context = largest_context_fitting(estimate.spec, knobs, card.memory_mib)
+        if context is not None and context < estimate.context:
+            fixes.append(f"--max-model-len {context} fits on {parallel} GPU(s) by the estimate")
     if not fixes:
         fixes.append("a quantized checkpoint (AWQ, GPTQ, FP8) or more GPUs")
+    if estimate is not None:
+        fixes.append(f"the model is not in the catalog: {HOW_TO_ADD} for a grant from its architecture")
     return text + "; " + " or ".join(fixes)
+
+
+def _gpustack_mib(need: Need, parallel: int, wider: int) -> int:
+    weights_gb = need.weights_mib * parallel * 2**20 / 1e9
+    return fallback_need(weights_gb, parallel=wider, bytes_per_param=1.0, weight_type=need.weight_type,
+                         fraction=need.fraction).per_card_mib
 
 
 def _knobs_tp(knobs: Knobs, tp: int) -> Knobs:

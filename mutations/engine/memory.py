@@ -16,7 +16,9 @@ MIB = 2**20
 GRANT_STEP_MIB = 256  # grants are rounded up to this
 
 # Bytes per parameter of a weight type: 16-bit 2, 8-bit 1, 4-bit 0.5 (quantized checkpoints keep their
-# embeddings and LM head in 16 bits: weights_bytes). MXFP4: experts in 4.25 bits, attention and router in bf16;
+# embeddings, LM head and vision tower in 16 bits: weights_bytes). AWQ and GPTQ 4-bit store a 16-bit scale and a
+# 4-bit zero point per group of 128 weights (4.16 bits), bitsandbytes nf4 an absmax per block of 64 (4.13 bits
+# with double quantization): 0.52 a parameter. MXFP4: experts in 4.25 bits, attention and router in bf16;
 # 0.58 a parameter besides the embeddings fits gpt-oss-20b's 13.76 GB checkpoint and is 6 % over gpt-oss-120b's
 # (the arithmetic: docs/sizing.md, "Where each number comes from").
 DTYPE_BYTES = {
@@ -24,14 +26,14 @@ DTYPE_BYTES = {
     "fp16": 2.0, "float16": 2.0, "half": 2.0, "bf16": 2.0, "bfloat16": 2.0, "auto": 2.0,
     "fp8": 1.0, "int8": 1.0, "w8a8": 1.0, "gptq-int8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "eetq": 1.0,
     "bitsandbytes-8bit": 1.0, "compressed-tensors-8bit": 1.0,
-    "int4": 0.5, "fp4": 0.5, "nvfp4": 0.5625, "awq": 0.5, "awq_marlin": 0.5, "gptq": 0.5, "gptq_marlin": 0.5,
-    "gptq-int4": 0.5, "w4a16": 0.5, "bitsandbytes": 0.5, "bitsandbytes-nf4": 0.5, "bnb-4bit": 0.5,
-    "mxfp4": 0.58, "marlin": 0.5,
+    "int4": 0.5, "fp4": 0.5, "nvfp4": 0.5625, "awq": 0.52, "awq_marlin": 0.52, "gptq": 0.52, "gptq_marlin": 0.52,
+    "gptq-int4": 0.52, "w4a16": 0.52, "bitsandbytes": 0.52, "bitsandbytes-nf4": 0.52, "bnb-4bit": 0.52,
+    "mxfp4": 0.58, "marlin": 0.52,
 }
 # GGUF file types, bits per weight (ggml's type traits; _M and _S mix in larger types for some tensors).
 GGUF_BITS = {
-    "f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q6_k": 6.5625, "q5_k_m": 5.7, "q5_k_s": 5.55,
-    "q5_0": 5.5, "q5_1": 6.0, "q4_k_m": 4.9, "q4_k_s": 4.6, "q4_0": 4.5, "q4_1": 5.0, "iq4_xs": 4.25,
+    "f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q6_k": 6.5625, "q5_k": 5.5, "q5_k_m": 5.7, "q5_k_s": 5.55,
+    "q5_0": 5.5, "q5_1": 6.0, "q4_k": 4.5, "q4_k_m": 4.9, "q4_k_s": 4.6, "q4_0": 4.5, "q4_1": 5.0, "iq4_xs": 4.25,
     "iq4_nl": 4.5, "q3_k_l": 4.3, "q3_k_m": 3.9, "q3_k_s": 3.5, "iq3_m": 3.7, "iq3_xxs": 3.06, "q2_k": 3.35,
     "iq2_m": 2.7, "iq2_xs": 2.31,
 }
@@ -106,6 +108,15 @@ class LanguageModelSpec:
     sliding_window_layers: int = 0
     identifiers: tuple[str, ...] = ()
     source_url: str = ""
+    # num_attention_heads (None: unknown; only kv_heads enters the KV cache).
+    attention_heads: int | None = None
+    # Llama 4's chunked local attention: layers that attend within chunks of this many tokens only.
+    chunked_attention_size: int | None = None
+    chunked_attention_layers: int = 0
+    # Layers that reuse an earlier layer's KV cache and hold none of their own (Gemma 3n's num_kv_shared_layers).
+    kv_shared_layers: int = 0
+    # The vision tower's parameters, part of params_b; kept in 16 bits by quantized checkpoints.
+    vision_params_b: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -125,7 +136,7 @@ class Need:
 
     def breakdown(self) -> str:
         """One line a user reads: weights + KV for N tokens + activations + overhead, / fraction = grant."""
-        if self.method != "catalog":
+        if self.method == "estimate from the name":
             return (f"{self.weight_type} weights {self.weights_mib:,.0f} MiB per card x {FALLBACK_FACTOR} + "
                     f"{FALLBACK_MIB} MiB, / {self.fraction:g} = {self.per_card_mib:,} MiB per card")
         return (f"weights {self.weights_mib:,.0f} MiB ({self.weight_type}) + KV cache {self.kv_mib:,.0f} MiB "
@@ -142,18 +153,26 @@ def round_up_mib(value: float) -> int:
 
 
 def weights_bytes(model: LanguageModelSpec, bytes_per_param: float) -> float:
-    """The whole model's weights; a quantized checkpoint keeps its embeddings (and untied LM head) in 16 bits."""
+    """The whole model's weights (every expert, the vision tower); a quantized checkpoint keeps its embeddings,
+    untied LM head and vision tower in 16 bits."""
     total = model.params_b * 1e9
     if bytes_per_param >= 2:
         return total * bytes_per_param
     embeddings = model.vocab_size * model.hidden_size * (1 if model.tied_embeddings else 2)
-    return (total - embeddings) * bytes_per_param + embeddings * 2
+    sixteen_bit = min(total, embeddings + model.vision_params_b * 1e9)
+    return (total - sixteen_bit) * bytes_per_param + sixteen_bit * 2
 
 
 def kv_bytes_per_token(model: LanguageModelSpec, *, tp: int, pp: int, kv_bytes: float) -> float:
-    """2 (K and V) x layers on this card x KV heads on this card x head_dim x bytes (heads split by TP, at least 1)."""
+    """2 (K and V) x layers holding KV on this card x KV heads on this card x head_dim x bytes (heads split by TP,
+    at least 1; layers that share another's KV hold none)."""
     heads = max(1, model.kv_heads // tp)
-    return 2 * (model.layers / pp) * heads * model.head_dim * kv_bytes
+    return 2 * (kv_layers(model) / pp) * heads * model.head_dim * kv_bytes
+
+
+def kv_layers(model: LanguageModelSpec) -> int:
+    """The layers that hold a KV cache of their own."""
+    return max(1, model.layers - min(model.kv_shared_layers, model.layers - 1))
 
 
 @dataclass(frozen=True)
@@ -240,14 +259,25 @@ def _sglang_need(weights: float, kv: float, tokens: int, parallel: int, weight_t
 def _kv_bytes(model: LanguageModelSpec, *, tokens: int, context: int, tp: int, pp: int, kv_bytes: float,
               batched: int) -> float:
     per_token = kv_bytes_per_token(model, tp=tp, pp=pp, kv_bytes=kv_bytes)
+    holding = kv_layers(model)
     windowed = min(model.sliding_window_layers, model.layers) if model.sliding_window else 0
-    if not windowed:
+    chunked = min(model.chunked_attention_layers, model.layers - windowed) if model.chunked_attention_size else 0
+    # Layers sharing KV hold none; which kind they are is not recorded, so the cheapest (windowed, then chunked)
+    # are taken as the sharing ones: the estimate never drops a full-context layer it may need.
+    shared = model.layers - holding
+    dropped = min(shared, windowed)
+    windowed, shared = windowed - dropped, shared - dropped
+    chunked -= min(shared, chunked)
+    if not windowed and not chunked:
         return per_token * tokens
-    # Sliding-window layers keep at most the window (plus a step of batched tokens) per sequence.
-    window = min(context, (model.sliding_window or 0) + batched)
-    full_share = (model.layers - windowed) / model.layers
+    # Sliding-window layers keep at most the window, chunked-attention layers the chunk (each plus a step of
+    # batched tokens), per sequence.
     sequences = tokens // context if context else 1
-    return per_token * (full_share * tokens + (1 - full_share) * window * sequences)
+    window = min(context, (model.sliding_window or 0) + batched)
+    chunk = min(context, (model.chunked_attention_size or 0) + batched)
+    full = holding - windowed - chunked
+    per_layer = per_token / holding
+    return per_layer * (full * tokens + windowed * window * sequences + chunked * chunk * sequences)
 
 
 def size_from_name(name: str) -> tuple[float, str] | None:

@@ -59,6 +59,7 @@ CONSTRAINT_FIELDS = {
     "profiles_languagemodel_shape_positive": "layers",
     "profiles_languagemodel_window_layers": "sliding_window_layers",
     "profiles_languagemodel_dtype_valid": "dtype",
+    "profiles_languagemodel_heads_vision": "attention_heads",
 }
 
 

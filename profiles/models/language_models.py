@@ -5,7 +5,8 @@ from django.db.models import F, Q
 
 from .base import TimestampedModel
 
-WEIGHT_DTYPES = ["bf16", "fp16", "fp32", "fp8", "mxfp4"]
+WEIGHT_DTYPES = ["bf16", "fp16", "fp32", "fp8", "mxfp4", "int8", "awq", "gptq-int4", "gptq-int8", "w4a16",
+                 "bnb-4bit", "bitsandbytes-8bit"]  # as published, or the quantization (engine.memory.DTYPE_BYTES)
 
 
 class LanguageModel(TimestampedModel):
@@ -28,13 +29,21 @@ class LanguageModel(TimestampedModel):
     hidden_size = models.PositiveIntegerField(help_text="hidden_size")
     vocab_size = models.PositiveIntegerField(help_text="vocab_size")
     max_context = models.PositiveIntegerField(help_text="max_position_embeddings: vLLM's default max-model-len.")
-    dtype = models.CharField(max_length=16, choices=[(d, d) for d in WEIGHT_DTYPES], default="bf16",
+    dtype = models.CharField(max_length=24, choices=[(d, d) for d in WEIGHT_DTYPES], default="bf16",
                              help_text="The weights' type as published (torch_dtype, or the quantization).")
     tied_embeddings = models.BooleanField(default=False, help_text="tie_word_embeddings")
     sliding_window = models.PositiveIntegerField(
         null=True, blank=True, help_text="sliding_window, for models whose some layers attend to a window only.")
     sliding_window_layers = models.PositiveIntegerField(
         default=0, help_text="How many layers use the sliding window (Gemma 3: 5 of every 6).")
+    attention_heads = models.PositiveIntegerField(null=True, blank=True, help_text="num_attention_heads")
+    chunked_attention_size = models.PositiveIntegerField(null=True, blank=True, help_text="attention_chunk_size "
+                                                         "(Llama 4: layers attending within chunks).")
+    chunked_attention_layers = models.PositiveIntegerField(default=0, help_text="Layers with chunked attention.")
+    kv_shared_layers = models.PositiveIntegerField(default=0, help_text="num_kv_shared_layers: layers reusing "
+                                                   "another layer's KV cache (Gemma 3n).")
+    vision_params_b = models.DecimalField(max_digits=9, decimal_places=3, default=0, help_text="The vision tower's "
+                                          "parameters in billions (part of params_b; kept 16-bit when quantized).")
     source_url = models.URLField(max_length=300, help_text="Where the numbers come from (the model's config.json).")
     description = models.TextField(blank=True)
 
@@ -59,9 +68,17 @@ class LanguageModel(TimestampedModel):
                                         "more than 0.",
             ),
             models.CheckConstraint(
-                condition=Q(sliding_window_layers__lte=F("layers")),
-                name="%(app_label)s_%(class)s_window_layers",
-                violation_error_message="Sliding-window layers cannot be more than the layers.",
+                condition=Q(sliding_window_layers__lte=F("layers") - F("chunked_attention_layers"))
+                & Q(kv_shared_layers__lt=F("layers")), name="%(app_label)s_%(class)s_window_layers",
+                violation_error_message="Sliding-window and chunked-attention layers together cannot be more than "
+                                        "the layers; layers sharing KV are fewer.",
+            ),
+            models.CheckConstraint(
+                condition=(Q(attention_heads__isnull=True) | Q(attention_heads__gte=F("kv_heads")))
+                & Q(vision_params_b__gte=0) & Q(vision_params_b__lt=F("params_b")),
+                name="%(app_label)s_%(class)s_heads_vision",
+                violation_error_message="Attention heads are at least the KV heads; the vision tower is part of the "
+                                        "parameters.",
             ),
             models.CheckConstraint(
                 condition=Q(dtype__in=WEIGHT_DTYPES), name="%(app_label)s_%(class)s_dtype_valid",

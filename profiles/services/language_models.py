@@ -39,6 +39,20 @@ def language_model_validate(*, model: LanguageModel) -> dict[str, list[str]]:
         add("sliding_window_layers", f"At most the model's {model.layers} layers use the sliding window.")
     if model.sliding_window_layers and not model.sliding_window:
         add("sliding_window", "Give the window (sliding_window in config.json) for the layers that use one.")
+    if model.chunked_attention_layers and not model.chunked_attention_size:
+        add("chunked_attention_size", "Give the chunk (attention_chunk_size in config.json) for the layers that use "
+                                      "chunked attention.")
+    if model.layers and (model.sliding_window_layers or 0) + (model.chunked_attention_layers or 0) > model.layers:
+        add("chunked_attention_layers", f"Sliding-window and chunked-attention layers together are at most the "
+                                        f"model's {model.layers} layers.")
+    if model.layers and model.kv_shared_layers and model.kv_shared_layers >= model.layers:
+        add("kv_shared_layers", f"Fewer than the model's {model.layers} layers can share another layer's KV cache.")
+    if model.attention_heads is not None and model.kv_heads and model.attention_heads < model.kv_heads:
+        add("attention_heads", f"At least the {model.kv_heads} KV heads (num_attention_heads in config.json).")
+    if model.vision_params_b is not None and model.params_b is not None and (
+            model.vision_params_b < 0 or (model.vision_params_b and model.vision_params_b >= model.params_b)):
+        add("vision_params_b", f"The vision tower is part of the {model.params_b}B parameters: 0 or more, less "
+                               "than them.")
     if model.dtype not in WEIGHT_DTYPES:
         add("dtype", f"{model.dtype!r} is not a weight type; accepted: {', '.join(WEIGHT_DTYPES)}.")
     _identifier_problems(model, add)

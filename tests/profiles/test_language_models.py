@@ -50,6 +50,18 @@ def test_seeded_numbers_are_the_configs():
     assert (phi.layers, phi.kv_heads, phi.head_dim, phi.max_context) == (32, 32, 96, 4096)
 
 
+def test_seeded_rows_have_their_attention_heads_and_vision_towers():
+    heads = dict(LanguageModel.objects.values_list("name", "attention_heads"))
+    assert all(heads.values()), [name for name, value in heads.items() if not value]
+    assert (heads["Llama-3.1-70B-Instruct"], heads["Qwen2.5-7B-Instruct"], heads["Phi-3-mini-4k-instruct"]) == \
+        (64, 28, 32)
+    gemma = LanguageModel.objects.get(name="gemma-3-27b-it")
+    assert str(gemma.vision_params_b) == "0.417"
+    # Quantized, the tower stays in 16 bits: an AWQ Gemma 3 weighs the tower at 2 bytes a parameter.
+    awq = catalog_need(language_model_spec(gemma), Knobs(weight_type="awq", max_model_len=8192))
+    assert awq.weights_mib > (27.432 - 0.417) * 1e9 * 0.52 / 2**20 + 0.417e9 * 2 / 2**20
+
+
 def test_api_lists_and_matches_models(reader_api):
     body = reader_api.get(MODELS, {"matches": "Qwen/Qwen2.5-7B-Instruct-AWQ"}).json()
     assert [row["name"] for row in body["results"]] == ["Qwen2.5-7B-Instruct"]
@@ -81,7 +93,14 @@ def test_operator_adds_a_model_and_the_next_pod_is_sized_from_it(operator_api, p
     ({"identifiers": ["Qwen/Qwen2.5-7B-Instruct-AWQ"]}, "identifiers"),
     ({"identifiers": "acme"}, "identifiers"),
     ({"source_url": "not a url"}, "source_url"),
-], ids=["params", "active", "layers", "window-layers", "dtype", "clash", "not-a-list", "url"])
+    ({"attention_heads": 4}, "attention_heads"),
+    ({"vision_params_b": 13}, "vision_params_b"),
+    ({"chunked_attention_layers": 30}, "chunked_attention_size"),
+    ({"chunked_attention_layers": 30, "chunked_attention_size": 8192, "sliding_window_layers": 20,
+      "sliding_window": 4096}, "chunked_attention_layers"),
+    ({"kv_shared_layers": 40}, "kv_shared_layers"),
+], ids=["params", "active", "layers", "window-layers", "dtype", "clash", "not-a-list", "url", "heads", "vision",
+        "chunk-size", "chunked-layers", "kv-shared"])
 def test_bad_model_is_a_400_naming_the_field(operator_api, fields, field):
     response = operator_api.post(MODELS, new_model(**fields), format="json")
     assert response.status_code == 400 and field in response.json(), response.json()

@@ -100,9 +100,6 @@ XFAIL: dict[str, str] = {
     "kserve-nim-llama3-8b-instruct": NIM,
     "kserve-nim-mistral-7b-instruct-v03": NIM,
     "kserve-nim-mixtral-8x7b-instruct": NIM,
-    "production-stack-opt-125m": ("issue 30 pattern 2 (name): facebook/opt-125m is not in the catalog and is sized "
-                                  "from the 125M in its name; the estimate leaves less than the CUDA context needs "
-                                  "outside vLLM's 0.9 budget, so vLLM refuses to start"),
 }
 
 
