@@ -35,6 +35,7 @@ COMPONENT_COMBINATIONS = [
     ("components/quotas", "components/cloudnative-pg"),
     ("components/serving-groups",),
     ("components/policy-reports",),
+    ("components/policy-reports", "components/cloudnative-pg"),
 ]
 TRIAL_COMPONENT_COMBINATIONS = [
     ("components/quotas",),
