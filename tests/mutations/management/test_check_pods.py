@@ -256,3 +256,13 @@ def test_check_pods_needs_no_database(configuration, tmp_path):
     done = _manage("check_pods", str(broken), "--configuration", str(configuration), database_url=CLOSED_PORT_DATABASE)
     assert done.returncode == 2
     assert f"{broken}:3: not valid YAML" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_readmes_github_actions_step_is_a_valid_step_running_check_pods():
+    readme = (REPO / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```yaml\n")[1:]]
+    (step_text,) = [b for b in blocks if "check_pods" in b]
+    (step,) = yaml.safe_load(step_text)
+    assert set(step) == {"name", "run"}
+    assert "manage.py check_pods" in step["run"] and "--configuration" in step["run"]
+    assert "--entrypoint python" in step["run"]  # the image's entry point is the server
