@@ -27,7 +27,9 @@ MANAGER_LABELS = {"app.kubernetes.io/managed-by", "app.kubernetes.io/part-of", "
 # checksum/config annotation does that instead. The hash's alphabet has no vowels (kustomize's encodeHash).
 HASHED = re.compile(r"^(?P<base>.+)-[bcdfghkmt2-9]{10}$")
 
-PRODUCTION = {"replicas": 3, "autoscaling": {"minReplicas": 3, "maxReplicas": 10}}
+# components/production-settings; overlays/production adds mTLS, production-managed the control plane's range.
+PRODUCTION_SETTINGS = {"replicas": 3, "autoscaling": {"minReplicas": 3, "maxReplicas": 10}}
+PRODUCTION = {**PRODUCTION_SETTINGS, "mtls": {"enabled": True}}
 TRIAL = {"image": {"repository": "volcano-injector"}, "database": {"mode": "trial"},
          "settings": {"LOG_LEVEL": "DEBUG"}}
 CLOUDNATIVE_PG = {"database": {"mode": "cloudnative-pg"}}
@@ -36,13 +38,12 @@ BUILD_VALUES: dict[str, list[dict]] = {
     "overlays/production": [PRODUCTION],
     "overlays/trial": [TRIAL],
     "overlays/production-mtls": [PRODUCTION, {"mtls": {"enabled": True}}],
-    "overlays/production-managed": [PRODUCTION, {"webhook": {"sourceCIDR": "0.0.0.0/0"}}],
+    "overlays/production-managed": [PRODUCTION_SETTINGS, {"webhook": {"sourceCIDR": "192.0.2.0/24"}}],
     "overlays/cloudnative-pg": [PRODUCTION, CLOUDNATIVE_PG],
     "overlays/production+all-pods": [PRODUCTION, {"webhook": {"gpuPodsOnly": False}}],
     "overlays/production+fail-closed": [PRODUCTION, {"webhook": {"failurePolicy": "Fail"}}],
     "overlays/production+all-pods+fail-closed": [PRODUCTION, {"webhook": {"gpuPodsOnly": False,
                                                                           "failurePolicy": "Fail"}}],
-    "overlays/production+mtls": [PRODUCTION, {"mtls": {"enabled": True}}],
     "overlays/production+quotas": [PRODUCTION, {"quotas": {"enabled": True}}],
     "overlays/production+monitoring": [PRODUCTION, {"monitoring": {"enabled": True}}],
     "overlays/production+unconverted-pods": [PRODUCTION, {"unconvertedPods": {"enabled": True}}],
@@ -152,9 +153,11 @@ def test_the_failure_policy_and_the_apps_setting_come_from_one_value(chart):
 
 def test_a_settings_change_rolls_the_pods(chart):
     def checksum(values):
-        (deployment,) = [o for o in render(chart, values) if o["kind"] == "Deployment"]
-        return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
-    assert checksum({}) != checksum({"settings": {"LOG_LEVEL": "DEBUG"}})
+        return {o["metadata"]["name"]: o["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+                for o in render(chart, values) if o["kind"] == "Deployment"}
+    before, after = checksum({}), checksum({"settings": {"LOG_LEVEL": "DEBUG"}})
+    assert set(before) == {RELEASE, f"{RELEASE}-operator"}
+    assert all(before[name] != after[name] for name in before)
 
 
 @pytest.mark.parametrize(("values", "field"), [
@@ -260,6 +263,8 @@ def test_parity_covers_every_overlay_and_component(builds):
     overlays = {f"overlays/{p.name}" for p in (DEPLOY_DIR / "overlays").iterdir() if p.is_dir()}
     covered = set(BUILD_VALUES)
     assert overlays <= covered
-    # webhook-from-control-plane is what production-managed adds; the others each in a production build
-    named = {part for build in covered for part in build.split("+")[1:]} | {"webhook-from-control-plane"}
+    # production-settings, mtls and webhook-from-control-plane are what the production overlays are made of; the
+    # others each in a production build
+    named = {part for build in covered for part in build.split("+")[1:]} | {
+        "production-settings", "mtls", "webhook-from-control-plane"}
     assert components <= named, components - named

@@ -236,3 +236,31 @@ subjects:
     name: {{ .name }}
     namespace: {{ $root.Release.Namespace }}
 {{- end -}}
+
+{{/* The init container that applies migrations before a Pod of a new version serves (both Deployments). */}}
+{{- define "vi.migrate" -}}
+- name: migrate
+  image: {{ include "vi.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command: ["python", "manage.py", "apply_migrations"]
+  envFrom:
+    - configMapRef:
+        name: {{ include "vi.name" . }}-config
+  env:
+    {{- include "vi.secretEnv" . | nindent 4 }}
+  securityContext:
+    {{- include "vi.containerSecurity" . | nindent 4 }}
+  resources:
+    {{- toYaml .Values.migrate.resources | nindent 4 }}
+  volumeMounts:
+    - name: django-secret
+      mountPath: /etc/volcano-injector/django
+      readOnly: true
+    - name: db
+      mountPath: /etc/volcano-injector/db
+      readOnly: true
+    - name: tmp
+      mountPath: /tmp
+    - name: prometheus
+      mountPath: /tmp/prometheus
+{{- end -}}
