@@ -1,4 +1,5 @@
-"""The configuration as a document (`manage.py export_configuration`) and back into the Catalog the engine reads.
+"""The configuration as a document (`manage.py export_configuration`) and back into the Catalog the engine reads:
+presets, GPU models, namespace policies, the model catalog and the GPU inventory's node pools.
 
 `catalog_document` writes a Catalog's specs as plain data (YAML- and JSON-ready); `catalog_from_document` builds
 the same Catalog from it, so `manage.py check_pods` decides with no database exactly as /mutate does with the
@@ -17,6 +18,7 @@ from .specs import (
     GpuModelSpec,
     JsonObject,
     Mode,
+    NodePoolSpec,
     PolicySpec,
     PresetSpec,
     ResourceDefaults,
@@ -59,6 +61,10 @@ def catalog_document(catalog: Catalog) -> JsonObject:
         "presets": [_plain(preset) for preset in catalog.presets.values()],
         "namespacePolicies": [_plain(policy) for policy in catalog.policies],
         "languageModels": [_plain(model) for model in models],
+        # The GPU node pools of the last inventory sync (manage.py sync_gpu_inventory): admissions are checked
+        # against them; none without an inventory.
+        "inventoryVersion": catalog.inventory_version,
+        "nodePools": [_plain(pool) for pool in catalog.node_pools],
     }
 
 
@@ -74,12 +80,19 @@ def _plain(spec: object) -> JsonObject:
             value = {f.name: getattr(value, f.name) for f in fields(value)}
         elif isinstance(value, (Mode, SchedulerScope)):
             value = value.value
-        elif isinstance(value, frozenset):
-            value = sorted(value)
-        elif isinstance(value, tuple):
-            value = list(value)
+        else:
+            value = _data(value)
         found[item.name] = value
     return found
+
+
+def _data(value: object) -> Any:
+    """Tuples and frozensets (nested too) as lists, a frozenset's items sorted: what YAML and JSON can hold."""
+    if isinstance(value, frozenset):
+        return sorted(_data(item) for item in value)
+    if isinstance(value, (tuple, list)):
+        return [_data(item) for item in value]
+    return value
 
 
 def catalog_from_document(document: object) -> Catalog:
@@ -126,6 +139,22 @@ def catalog_from_document(document: object) -> Catalog:
         values = _fields(entry, LanguageModelSpec, where)
         values["identifiers"] = tuple(_strings(values.get("identifiers") or [], f"{where}.identifiers"))
         models.append(LanguageModelSpec(**values))
+    pools = []
+    for index, entry in enumerate(_list(document, "nodePools")):
+        where = f"nodePools[{index}]"
+        values = _fields(entry, NodePoolSpec, where)
+        try:
+            values["labels"] = tuple((str(k), str(v)) for k, v in values.get("labels") or [])
+            values["varying_labels"] = tuple((str(k), frozenset(map(str, v)))
+                                             for k, v in values.get("varying_labels") or [])
+            values["taints"] = tuple((str(k), str(v), str(e)) for k, v, e in values.get("taints") or [])
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"{where}: labels are [key, value] pairs, varying_labels [key, [values]], "
+                                     "taints [key, value, effect]") from None
+        pools.append(NodePoolSpec(**values))
+    inventory_version = document.get("inventoryVersion", 0)
+    if not isinstance(inventory_version, int):
+        raise ConfigurationError(f"inventoryVersion: {inventory_version!r} is not an integer")
     default_preset = document.get("defaultPreset")
     if default_preset is not None and default_preset not in presets:
         raise ConfigurationError(f"defaultPreset: {default_preset!r} is not one of presets")
@@ -133,7 +162,8 @@ def catalog_from_document(document: object) -> Catalog:
     if not isinstance(version, int):
         raise ConfigurationError(f"configVersion: {version!r} is not an integer")
     return Catalog(presets=presets, gpu_models=gpu_models, policies=tuple(policies), default_preset=default_preset,
-                   version=version, language_models=language_models_indexed(models))
+                   version=version, language_models=language_models_indexed(models), node_pools=tuple(pools),
+                   inventory_version=inventory_version)
 
 
 def _list(document: JsonObject, key: str) -> list[Any]:

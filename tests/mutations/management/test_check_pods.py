@@ -265,3 +265,36 @@ def test_the_readmes_github_actions_step_is_a_valid_step_running_check_pods():
     assert set(step) == {"name", "run"}
     assert "manage.py check_pods" in step["run"] and "--configuration" in step["run"]
     assert "--entrypoint python" in step["run"]  # the image's entry point is the server
+
+
+@pytest.fixture
+def synced_inventory(tmp_path, monkeypatch):
+    """The GPU inventory synced from the recorded cluster of tests/profiles/test_sync_gpu_inventory.py."""
+    from tests.support.kube_api import KubeApiReplay, fixture
+
+    replay = KubeApiReplay().start()
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(replay.kubeconfig(tmp_path)))
+    replay.on("GET", "/api/v1/nodes", "nodes-gpu-page-1")
+    replay.on("GET", "/api/v1/nodes", "nodes-gpu-page-2",
+              query={"continue": fixture("nodes-gpu-page-1")["metadata"]["continue"]})
+    replay.on("GET", "/api/v1/namespaces/kube-system/configmaps/volcano-vgpu-node-config",
+              "configmap-volcano-vgpu-node-config")
+    run("sync_gpu_inventory")
+    yield
+    replay.stop()
+
+
+def test_the_gpu_inventory_is_exported_and_decides_offline_as_it_does_in_mutate(synced_inventory, post_review,
+                                                                                  tmp_path):
+    path = tmp_path / "configuration.yaml"
+    run("export_configuration", "--output", str(path))
+    document = yaml.safe_load(path.read_text())
+    live = catalog_build()
+    assert live.node_pools and document["inventoryVersion"] == live.inventory_version
+    assert catalog_from_document(document) == live
+    corpus = [pods.vllm_deployment_pod(gpus=gpus) for gpus in ("1", "2", "8")] + [
+        pods.vllm_deployment_pod(annotations={"nvidia.com/use-gputype": "L4"}, model="Qwen/Qwen2.5-14B-Instruct")]
+    found = checked(str(write_yaml(tmp_path / "pods.yaml", *corpus)), "--configuration", str(path))
+    for item, pod in zip(found["pods"], corpus, strict=True):
+        assert_same_answer(item, mutate_answer(post_review, pod))
