@@ -56,6 +56,7 @@ BUILD_VALUES: dict[str, list[dict]] = {
     "overlays/production+policy-reports+cloudnative-pg": [PRODUCTION, CLOUDNATIVE_PG,
                                                           {"policyReports": {"enabled": True}}],
     "overlays/trial+quotas": [TRIAL, {"quotas": {"enabled": True}}],
+    "overlays/production+gpu-inventory": [PRODUCTION, {"gpuInventory": {"enabled": True}}],
 }
 # Every switch values.yaml documents, on its own.
 SWITCHES = {
@@ -75,6 +76,7 @@ SWITCHES = {
     "unconverted-Pod scan": {"unconvertedPods": {"enabled": True}},
     "quotas": {"quotas": {"enabled": True}},
     "policy reports": {"policyReports": {"enabled": True}},
+    "GPU inventory": {"gpuInventory": {"enabled": True}},
     "no autoscaler, PDB or NetworkPolicy": {"autoscaling": {"enabled": False},
                                             "podDisruptionBudget": {"enabled": False},
                                             "networkPolicy": {"enabled": False}},
