@@ -57,6 +57,7 @@ BUILD_VALUES: dict[str, list[dict]] = {
                                                           {"policyReports": {"enabled": True}}],
     "overlays/trial+quotas": [TRIAL, {"quotas": {"enabled": True}}],
     "overlays/production+gpu-inventory": [PRODUCTION, {"gpuInventory": {"enabled": True}}],
+    "overlays/production+serving-groups": [PRODUCTION, {"servingGroups": {"enabled": True}}],
 }
 # Every switch values.yaml documents, on its own.
 SWITCHES = {
@@ -77,6 +78,7 @@ SWITCHES = {
     "quotas": {"quotas": {"enabled": True}},
     "policy reports": {"policyReports": {"enabled": True}},
     "GPU inventory": {"gpuInventory": {"enabled": True}},
+    "serving groups": {"servingGroups": {"enabled": True}},
     "no autoscaler, PDB or NetworkPolicy": {"autoscaling": {"enabled": False},
                                             "podDisruptionBudget": {"enabled": False},
                                             "networkPolicy": {"enabled": False}},
