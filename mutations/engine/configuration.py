@@ -8,6 +8,7 @@ Catalog read from the rows (tests/mutations/management/test_check_pods.py compar
 
 from __future__ import annotations
 
+import enum
 from dataclasses import fields
 from typing import Any
 
@@ -17,12 +18,10 @@ from .specs import (
     Catalog,
     GpuModelSpec,
     JsonObject,
-    Mode,
     NodePoolSpec,
     PolicySpec,
     PresetSpec,
     ResourceDefaults,
-    SchedulerScope,
 )
 
 API_VERSION = "volcano-injector.io/v1"
@@ -78,7 +77,7 @@ def _plain(spec: object) -> JsonObject:
             value = value.name
         elif isinstance(value, ResourceDefaults):
             value = {f.name: getattr(value, f.name) for f in fields(value)}
-        elif isinstance(value, (Mode, SchedulerScope)):
+        elif isinstance(value, enum.Enum):
             value = value.value
         else:
             value = _data(value)
@@ -114,6 +113,7 @@ def catalog_from_document(document: object) -> Catalog:
     for index, entry in enumerate(_list(document, "presets")):
         where = f"presets[{index}]"
         values = _fields(entry, PresetSpec, where)
+        _enums(values, PresetSpec, where)
         gpu_model = values.get("gpu_model")
         if gpu_model is not None:
             if gpu_model not in gpu_models:
@@ -125,9 +125,7 @@ def catalog_from_document(document: object) -> Catalog:
     for index, entry in enumerate(_list(document, "namespacePolicies")):
         where = f"namespacePolicies[{index}]"
         values = _fields(entry, PolicySpec, where)
-        values["mode"] = _enum(Mode, values.get("mode", Mode.ENFORCE.value), f"{where}.mode")
-        values["scheduler_scope"] = _enum(SchedulerScope, values.get("scheduler_scope", "gpu-pods"),
-                                          f"{where}.scheduler_scope")
+        _enums(values, PolicySpec, where)
         for name in ("allowed_presets", "allowed_queues"):
             values[name] = frozenset(_strings(values.get(name) or [], f"{where}.{name}"))
         if "resources" in values:
@@ -143,6 +141,7 @@ def catalog_from_document(document: object) -> Catalog:
     for index, entry in enumerate(_list(document, "nodePools")):
         where = f"nodePools[{index}]"
         values = _fields(entry, NodePoolSpec, where)
+        _enums(values, NodePoolSpec, where)
         try:
             values["labels"] = tuple((str(k), str(v)) for k, v in values.get("labels") or [])
             values["varying_labels"] = tuple((str(k), frozenset(map(str, v)))
@@ -199,11 +198,16 @@ def _resources(value: object, where: str) -> ResourceDefaults:
     return ResourceDefaults(**values)
 
 
-def _enum(kind: type[Mode] | type[SchedulerScope], value: object, where: str) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        raise ConfigurationError(f"{where}: {value!r} is not one of {', '.join(m.value for m in kind)}") from None
+def _enums(values: JsonObject, spec: type, where: str) -> None:
+    """Each field whose default is an enum member (Mode, SchedulerScope, UnknownModel ...) from its value."""
+    for item in fields(spec):
+        if item.name in values and isinstance(item.default, enum.Enum):
+            kind = type(item.default)
+            try:
+                values[item.name] = kind(values[item.name])
+            except ValueError:
+                raise ConfigurationError(f"{where}.{item.name}: {values[item.name]!r} is not one of "
+                                         f"{', '.join(str(m.value) for m in kind)}") from None
 
 
 def _strings(value: object, where: str) -> list[str]:

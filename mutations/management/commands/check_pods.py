@@ -16,6 +16,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from mutations.engine import Catalog, JsonObject
 from mutations.engine.configuration import ConfigurationError, catalog_from_document
+from mutations.engine.groups import group_leader_of, group_leader_wanted
+from mutations.engine.specs import GroupLeader
 from mutations.engine.workloads import RUNTIME_KINDS, RenderedPod, manifest_pods
 from mutations.webhook.decide import admission_answer, pod_preview
 
@@ -46,11 +48,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, files: list[str], configuration: str, namespace: str | None, output: str, **options):
         catalog = _catalog_read(configuration)
-        checked: list[JsonObject] = []
         not_rendered: list[JsonObject] = []
         read = {path: _documents_read(path) for path in files}  # every file first: exit 2 before any verdict
         # A ServingRuntime may sit in another file than the InferenceService that uses it.
         runtimes = [d.body for documents in read.values() for d in documents if d.body.get("kind") in RUNTIME_KINDS]
+        rendered: list[tuple[str, int, RenderedPod]] = []
         for path, documents in read.items():
             for document in documents:
                 try:
@@ -58,9 +60,10 @@ class Command(BaseCommand):
                 except (AttributeError, TypeError, ValueError) as exc:  # a part of the object is not what its kind has
                     raise CommandError(f"{path}:{document.line}: {document.body.get('kind')} cannot be read: {exc}",
                                        returncode=EXIT_UNREADABLE) from None
-                checked += [_check(rendered, catalog, path=path, line=document.line) for rendered in pods]
+                rendered += [(path, document.line, pod) for pod in pods]
                 not_rendered += [{"file": path, "line": document.line, "source": m.source, "reason": m.reason}
                                  for m in missing]
+        checked = _decided(rendered, catalog)
         denied = sum(1 for item in checked if not item["allowed"])
         if output == "json":
             self.stdout.write(json.dumps({"configuration_version": catalog.version, "pods": checked,
@@ -97,13 +100,37 @@ class Command(BaseCommand):
             self.stdout.write(f"  warning: {warning}")
 
 
-def _check(rendered: RenderedPod, catalog: Catalog, *, path: str, line: int) -> JsonObject:
-    preview = pod_preview(pod=rendered.pod, namespace=rendered.namespace, catalog=catalog)
+def _decided(rendered: list[tuple[str, int, RenderedPod]], catalog: Catalog) -> list[JsonObject]:
+    """Every Pod decided, in the files' order. A serving group's worker that runs no server takes its leader's
+    grant as /mutate reads it from the leader Pod (INJECTOR_GROUP_LEADER_LOOKUP): here the leader is the Pod of
+    that name among the files, as admitted; so leaders are decided first."""
+    leaders = {index: group_leader_wanted(item[2].pod) for index, item in enumerate(rendered)}
+    admitted: dict[tuple[str, str], JsonObject] = {}
+    found: dict[int, JsonObject] = {}
+    for index in sorted(leaders, key=lambda i: leaders[i] is not None):
+        path, line, pod = rendered[index]
+        leader = None
+        if leaders[index] is not None:
+            name = str(leaders[index])
+            leader_pod = admitted.get((pod.namespace, name))
+            leader = (group_leader_of(name, leader_pod) if leader_pod is not None else
+                      GroupLeader(name, None, "the leader Pod is not among the files checked"))
+        found[index], admitted_pod = _check(pod, catalog, path=path, line=line, group_leader=leader)
+        pod_name = (admitted_pod.get("metadata") or {}).get("name")
+        if pod_name:
+            admitted[(pod.namespace, str(pod_name))] = admitted_pod
+    return [found[index] for index in range(len(rendered))]
+
+
+def _check(rendered: RenderedPod, catalog: Catalog, *, path: str, line: int,
+           group_leader: GroupLeader | None = None) -> tuple[JsonObject, JsonObject]:
+    """The verdict on one Pod, and the Pod as it would be admitted (as written when denied)."""
+    preview = pod_preview(pod=rendered.pod, namespace=rendered.namespace, catalog=catalog, group_leader=group_leader)
     answer = admission_answer(preview)
     result = preview.result
     explanation = result.explanation or {}
     metadata = rendered.pod.get("metadata") or {}
-    return {
+    verdict = {
         "file": path,
         "line": line,
         "source": rendered.source,
@@ -122,6 +149,7 @@ def _check(rendered: RenderedPod, catalog: Catalog, *, path: str, line: int) -> 
         "fixes": _fixes(explanation) if not answer.allowed else [],
         "explanation": result.explanation,
     }
+    return verdict, (result.pod if answer.allowed and answer.patch else rendered.pod)
 
 
 def _fixes(explanation: JsonObject) -> list[str]:

@@ -15,11 +15,12 @@ from django.core.management import CommandError, call_command
 
 from mutations.engine import admission
 from mutations.engine.configuration import ConfigurationError, catalog_document, catalog_from_document
+from mutations.engine.groups import group_leader_wanted
 from mutations.engine.workloads import manifest_pods
 from profiles.catalog import catalog_build
 from profiles.models import GpuModel, NamespacePolicy, Preset
 from tests.support import pods
-from tests.support.kube import default_pod
+from tests.support.kube import apply_patch_v4, decode_patch, default_pod
 
 pytestmark = pytest.mark.django_db
 
@@ -67,8 +68,35 @@ def write_yaml(path: Path, *objects: dict) -> Path:
     return path
 
 
+ADMITTED: dict[tuple[str, str], dict] = {}
+
+
+@pytest.fixture(autouse=True)
+def leaders_read_from_mutates_answers(settings, monkeypatch):
+    """/mutate with the serving-group leader lookup on (deploy/components/serving-groups), the API's answer for a
+    leader Pod being the Pod /mutate admitted earlier in the test: what check_pods does with the files' leaders."""
+    from mutations.webhook import groups
+
+    settings.INJECTOR_GROUP_LEADER_LOOKUP = True
+    groups.group_leader_cache_clear()
+    ADMITTED.clear()
+    monkeypatch.setattr(groups, "leader_pod_read", lambda *, namespace, name: ADMITTED.get((namespace, name)))
+    yield
+    groups.group_leader_cache_clear()
+
+
 def mutate_answer(post_review, pod: dict) -> dict:
-    return post_review(pods.review(pod)).json()["response"]
+    response = post_review(pods.review(pod)).json()["response"]
+    name = pod["metadata"].get("name")
+    if name and response["allowed"]:
+        admitted = apply_patch_v4(pod, decode_patch(response)) if "patch" in response else pod
+        ADMITTED[(pod["metadata"]["namespace"], name)] = admitted
+    return response
+
+
+def leaders_first(items: list) -> list:
+    """(verdict, Pod) pairs with the Pods that need no leader first, as a group's leader is created first."""
+    return sorted(items, key=lambda item: group_leader_wanted(item[1]) is not None)
 
 
 def assert_same_answer(item: dict, response: dict) -> None:
@@ -118,8 +146,8 @@ def test_check_pods_decides_every_corpus_manifest_as_mutate_does(configuration, 
     files = sorted(MANIFESTS.glob("*.yaml"))
     found = checked(*map(str, files), "--configuration", str(configuration))
     assert len(found["pods"]) == len(files)
-    for item in found["pods"]:
-        pod = default_pod(yaml.safe_load(Path(item["file"]).read_text()))
+    pairs = [(item, default_pod(yaml.safe_load(Path(item["file"]).read_text()))) for item in found["pods"]]
+    for item, pod in leaders_first(pairs):
         assert_same_answer(item, mutate_answer(post_review, pod))
 
 
@@ -176,10 +204,10 @@ def test_check_pods_decides_the_pod_of_every_workload_kind_as_mutate_does(config
         "Job/job", "CronJob/cron", "LeaderWorkerSet/vllm leader", "LeaderWorkerSet/vllm worker",
         "InferenceService/llama3 predictor"]
     rendered, _ = manifest_pods(objects, namespace="team-a")
-    for item, pod in zip(found["pods"], rendered, strict=True):
+    for item, pod in leaders_first(list(zip(found["pods"], [p.pod for p in rendered], strict=True))):
         assert item["namespace"] == "team-a" and item["decision"] == "mutated", item
         assert item["grants"] and item["grants"][0]["vgpu_memory_mib"] > 0
-        assert_same_answer(item, mutate_answer(post_review, pod.pod))
+        assert_same_answer(item, mutate_answer(post_review, pod))
     assert found["summary"] == {"pods": 9, "admitted": 9, "denied": 0}
 
 
@@ -298,3 +326,12 @@ def test_the_gpu_inventory_is_exported_and_decides_offline_as_it_does_in_mutate(
     found = checked(str(write_yaml(tmp_path / "pods.yaml", *corpus)), "--configuration", str(path))
     for item, pod in zip(found["pods"], corpus, strict=True):
         assert_same_answer(item, mutate_answer(post_review, pod))
+
+
+def test_a_group_worker_takes_its_leaders_grant_from_the_files(configuration, tmp_path):
+    files = [str(MANIFESTS / f"gke-lws-vllm-405b-{role}.yaml") for role in ("worker", "leader")]
+    worker, leader = checked(*files, "--configuration", str(configuration))["pods"]
+    assert worker["allowed"] and leader["allowed"], (worker["reason"], leader["reason"])
+    assert {g["vgpu_memory_mib"] for g in worker["grants"]} == {g["vgpu_memory_mib"] for g in leader["grants"]}
+    alone = checked(files[0], "--configuration", str(configuration))["pods"][0]
+    assert any("the leader Pod is not among the files checked" in w for w in alone["warnings"]), alone["warnings"]
