@@ -28,9 +28,9 @@ from mutations.engine import (
     ResourceDefaults,
     SchedulerScope,
     UnknownModel,
-    model_key,
     select_policy,
 )
+from mutations.engine.configuration import language_models_indexed
 
 from .inventory.store import declared_pool_specs, gpu_node_pool_specs
 from .metrics import CONFIG_UNREADABLE, CONFIG_VERSION
@@ -107,12 +107,7 @@ def language_model_spec(row: LanguageModel) -> LanguageModelSpec:
 
 def language_model_index(rows: list[LanguageModel]) -> dict[str, LanguageModelSpec]:
     """Each row under the match key of its name and of each identifier (rows in name order: the first keeps a key)."""
-    index: dict[str, LanguageModelSpec] = {}
-    for row in rows:
-        spec = language_model_spec(row)
-        for name in (row.name, *(row.identifiers or ())):
-            index.setdefault(model_key(str(name)), spec)
-    return index
+    return language_models_indexed([language_model_spec(row) for row in rows])
 
 
 def preset_spec_from_row(row: Preset, gpu_models: dict[str, GpuModelSpec]) -> PresetSpec:

@@ -71,9 +71,11 @@ def rehearsal_since(*, days: int = REHEARSAL_DAYS, now: datetime | None = None) 
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def namespace_rehearsal(*, namespace: str, days: int = REHEARSAL_DAYS, now: datetime | None = None) -> Rehearsal:
+def namespace_rehearsal(*, namespace: str, days: int = REHEARSAL_DAYS, now: datetime | None = None,
+                        examples: int = RULE_EXAMPLES) -> Rehearsal:
     """What enforce would do in a namespace: its admissions from `rehearsal_since` on (every row stamped then
-    or later), counted by what enforce would do, with the rules it would deny for and the policies seen."""
+    or later), counted by what enforce would do, with the rules it would deny for (`examples` Pods each) and the
+    policies seen."""
     since = rehearsal_since(days=days, now=now)
     totals = _rolled_totals(namespace=namespace, since=since) if connection.vendor == "postgresql" \
         else rehearsal_totals(namespace=namespace, since=since)
@@ -83,7 +85,8 @@ def namespace_rehearsal(*, namespace: str, days: int = REHEARSAL_DAYS, now: date
                    .only("id", "created_at", "pod_name", "generate_name", "field", "explanation")[:RULE_ROWS_READ])
     newest = list(rows.order_by("-created_at", "-id").values_list("policy_name", flat=True)[:POLICY_ROWS_READ + 1])
     cut, newest = len(newest) > POLICY_ROWS_READ, newest[:POLICY_ROWS_READ]
-    return Rehearsal(namespace=namespace, since=since, rules=rules_of(denials), rules_read=len(denials),
+    return Rehearsal(namespace=namespace, since=since, rules=rules_of(denials, examples=examples),
+                     rules_read=len(denials),
                      policies=sorted({p for p in newest if p}), policies_read=len(newest), policies_cut=cut, **totals)
 
 
@@ -133,7 +136,7 @@ def _rolled_totals(*, namespace: str, since: datetime) -> dict[str, int]:
 UNRECORDED_RULE = "(not recorded)"
 
 
-def rules_of(rows: list[AdmissionAudit]) -> list[RuleDenials]:
+def rules_of(rows: list[AdmissionAudit], *, examples: int = RULE_EXAMPLES) -> list[RuleDenials]:
     """Would-deny rows grouped by each rule they break (a Pod breaking two rules counts under both), most Pods
     first, each with the newest examples (rows newest first in, as read)."""
     found: dict[tuple[str, str | None], RuleDenials] = {}
@@ -157,7 +160,7 @@ def rules_of(rows: list[AdmissionAudit]) -> list[RuleDenials]:
                     text = f"rule not recorded (an older row); field at fault {key[1] or '(none)'}"
                 group = found[key] = RuleDenials(rule=rule, rule_text=text, policy=policy)
             group.pods += 1
-            if len(group.examples) < RULE_EXAMPLES:
+            if len(group.examples) < examples:
                 group.examples.append({"url": row.get_absolute_url(), "pod": row.pod_name or row.generate_name,
                                        "message": str(violation.get("message") or "")})
     return sorted(found.values(), key=lambda g: (-g.pods, g.rule, g.policy or ""))

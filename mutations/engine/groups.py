@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .annotations import ANN_APPLIED_SOURCE, ANN_APPLIED_VGPU_MEMORY
 from .commands import env_values
 from .denial import Denial
 from .pod import Container, asks_for_gpu, containers_read
 from .serving import Launch, ServingCommand, container_launch_read
-from .specs import GPU_RESOURCE, JsonObject
+from .specs import GPU_RESOURCE, GroupLeader, JsonObject
 
 LWS_PREFIX = "leaderworkerset.sigs.k8s.io/"
 LWS_SIZE = LWS_PREFIX + "size"
@@ -161,3 +162,19 @@ def gpus_fix(world: int, pods: int, group: ServingGroup | None) -> str:
     groups = math.ceil(world / per_pod)
     return (f"run it as a group of {groups} Pods of {GPU_RESOURCE}: {per_pod} each (a LeaderWorkerSet of size "
             f"{groups}, with Ray or --nnodes {groups})")
+
+
+def group_leader_of(name: str, pod: JsonObject | None) -> GroupLeader:
+    """A worker's leader as its admitted Pod says (its applied-vgpu-memory-mib), or why it says nothing; the
+    webhook reads the Pod from the API (mutations/webhook/groups.py), `manage.py check_pods` from its files."""
+    if pod is None:
+        return GroupLeader(name, None, "the leader Pod could not be read")
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(ANN_APPLIED_VGPU_MEMORY)
+    try:
+        memory = int(value) if value is not None else None
+    except ValueError:
+        memory = None
+    if memory is None or memory <= 0:
+        return GroupLeader(name, None, f"the leader Pod has no {ANN_APPLIED_VGPU_MEMORY}")
+    return GroupLeader(name, memory, str(annotations.get(ANN_APPLIED_SOURCE) or ""))

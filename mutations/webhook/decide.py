@@ -19,10 +19,15 @@ from ..engine import (
     MutationContext,
     MutationResult,
     PolicySpec,
+    admission,
     make_patch,
     mutate_pod,
     select_policy,
 )
+
+# The largest JSON patch sent back, base64 included: a Pod's conversion patch is a few KiB; a larger
+# one means a Pod this webhook should not answer at that size (the API server holds the whole answer).
+MAX_PATCH_BASE64_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,38 @@ def pod_preview(*, pod: JsonObject, namespace: str, catalog: Catalog | None = No
                                              group_leader=group_leader))
     patch = make_patch(pod, result.pod) if result.decision in (Decision.MUTATED, Decision.AUDIT_ONLY) else []
     return Preview(namespace=namespace, result=result, patch=patch, policy=policy, config_version=catalog.version)
+
+
+@dataclass(frozen=True)
+class AdmissionAnswer:
+    """What /mutate answers for a previewed Pod: admitted or not, the decision recorded, why, the field at fault,
+    the warnings kubectl shows and the patch sent. `manage.py check_pods` reports the same."""
+
+    decision: Decision
+    allowed: bool
+    reason: str
+    field: str
+    warnings: tuple[str, ...]
+    patch: list[JsonObject]
+
+
+def admission_answer(preview: Preview) -> AdmissionAnswer:
+    """The answer /mutate gives for a preview: an audit-only policy only warns, a too-large patch is refused."""
+    result = preview.result
+    field = result.field or ""
+    if result.decision is Decision.DENIED:
+        return AdmissionAnswer(result.decision, False, result.reason, field, result.warnings, [])
+    if result.decision is Decision.MUTATED:
+        size = len(admission.encode_patch(preview.patch)) if preview.patch else 0
+        if size > MAX_PATCH_BASE64_BYTES:
+            reason = (f"the patch for this Pod would be {size} bytes (base64); volcano-injector answers at most "
+                      f"{MAX_PATCH_BASE64_BYTES}: split the Pod or remove containers")
+            return AdmissionAnswer(Decision.DENIED, False, reason, "spec", (), [])
+        return AdmissionAnswer(result.decision, True, result.reason, field, result.warnings, preview.patch)
+    if result.decision is Decision.AUDIT_ONLY:
+        warning = f"namespace policy {result.policy!r} is audit-only, nothing was changed; {result.reason}"
+        return AdmissionAnswer(result.decision, True, result.reason, field, (warning,), [])
+    return AdmissionAnswer(result.decision, True, result.reason, field, (), [])
 
 
 def preview_answer(preview: Preview) -> JsonObject:

@@ -21,8 +21,7 @@ from django.conf import settings
 from injector_site.platform.kube import KubeConfigError, kube_core_api
 
 from ..engine import JsonObject
-from ..engine.annotations import ANN_APPLIED_SOURCE, ANN_APPLIED_VGPU_MEMORY
-from ..engine.groups import group_leader_wanted
+from ..engine.groups import group_leader_of, group_leader_wanted
 from ..engine.specs import GroupLeader
 
 logger = logging.getLogger("volcano_injector.groups")
@@ -86,17 +85,7 @@ def leader_pod_read(*, namespace: str, name: str) -> JsonObject | None:
 
 
 def _leader_from(name: str, pod: JsonObject | None) -> GroupLeader:
-    if pod is None:
-        return GroupLeader(name, None, "the leader Pod could not be read")
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(ANN_APPLIED_VGPU_MEMORY)
-    try:
-        memory = int(value) if value is not None else None
-    except ValueError:
-        memory = None
-    if memory is None or memory <= 0:
-        return GroupLeader(name, None, f"the leader Pod has no {ANN_APPLIED_VGPU_MEMORY}")
-    return GroupLeader(name, memory, str(annotations.get(ANN_APPLIED_SOURCE) or ""))
+    return group_leader_of(name, pod)
 
 
 def group_leader_cache_clear() -> None:

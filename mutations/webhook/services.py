@@ -10,16 +10,11 @@ from django.conf import settings
 from ..audit import audit_record_submit
 from ..engine import Decision, JsonObject, admission
 from ..metrics import ADMISSION_FAILURES, admission_observe
-from .decide import Preview, pod_preview
+from .decide import Preview, admission_answer, pod_preview
 from .groups import group_leader_for
 from .record import audit_record_build, pod_metadata, text_cut
 
 logger = logging.getLogger("volcano_injector.admission")
-
-
-# The largest JSON patch sent back, base64 included: a Pod's conversion patch is a few KiB; a larger
-# one means a Pod this webhook should not answer at that size (the API server holds the whole answer).
-MAX_PATCH_BASE64_BYTES = 512 * 1024
 
 
 def admission_review_handle(*, body: object, caller_verified: bool = False) -> JsonObject:
@@ -89,25 +84,13 @@ def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | 
     assert isinstance(pod, dict), "parse_review refuses a Pod CREATE without the Pod"
     namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
     preview = pod_preview(pod=pod, namespace=namespace, group_leader=group_leader_for(pod=pod, namespace=namespace))
-    result = preview.result
-    if result.decision is Decision.DENIED:
-        response = admission.review_response(
-            request.uid, allowed=False, code=403, message=result.reason, warnings=result.warnings
-        )
-    elif result.decision is Decision.MUTATED:
-        response = admission.review_response(request.uid, allowed=True, patch=preview.patch, warnings=result.warnings)
-        size = len(response["response"].get("patch", ""))
-        if size > MAX_PATCH_BASE64_BYTES:
-            reason = (f"the patch for this Pod would be {size} bytes (base64); volcano-injector answers at most "
-                      f"{MAX_PATCH_BASE64_BYTES}: split the Pod or remove containers")
-            response = admission.review_response(request.uid, allowed=False, code=403, message=reason)
-            return response, preview, Decision.DENIED, reason, "spec"
-    elif result.decision is Decision.AUDIT_ONLY:
-        warnings = (f"namespace policy {result.policy!r} is audit-only, nothing was changed; {result.reason}",)
-        response = admission.review_response(request.uid, allowed=True, warnings=warnings)
+    answer = admission_answer(preview)
+    if answer.allowed:
+        response = admission.review_response(request.uid, allowed=True, patch=answer.patch, warnings=answer.warnings)
     else:
-        response = admission.review_response(request.uid, allowed=True)
-    return response, preview, result.decision, result.reason, result.field or ""
+        response = admission.review_response(request.uid, allowed=False, code=403, message=answer.reason,
+                                             warnings=answer.warnings)
+    return response, preview, answer.decision, answer.reason, answer.field
 
 
 def _failure_response(uid: str) -> JsonObject:

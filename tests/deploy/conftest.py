@@ -34,6 +34,8 @@ COMPONENT_COMBINATIONS = [
     ("components/cloudnative-pg", "components/cloudnative-pg-backup"),
     ("components/quotas", "components/cloudnative-pg"),
     ("components/serving-groups",),
+    ("components/policy-reports",),
+    ("components/policy-reports", "components/cloudnative-pg"),
 ]
 TRIAL_COMPONENT_COMBINATIONS = [
     ("components/quotas",),

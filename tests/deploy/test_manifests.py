@@ -37,6 +37,7 @@ BUILD_NAMES = [
     "overlays/production+cloudnative-pg+cloudnative-pg-backup",
     "overlays/production+quotas+cloudnative-pg",
     "overlays/production+serving-groups",
+    "overlays/production+policy-reports",
 ]
 QUOTA_BUILDS = ["overlays/production+quotas", "overlays/trial+quotas", "overlays/production+quotas+cloudnative-pg"]
 QUOTA_JOB = "volcano-injector-quotas"
@@ -587,8 +588,8 @@ def test_quota_rbac_reaches_only_namespaces_and_its_own_quotas(builds, name):
 
 
 def test_builds_without_a_component_that_reads_the_api_grant_no_api_access(build):
-    """Only the quotas, unconverted-pods and gpu-inventory components grant API access, each to its own CronJob's
-    account, and serving-groups to the webhook's account (get on Pods:
+    """Only the quotas, unconverted-pods, gpu-inventory and policy-reports components grant API access, each
+    to its own CronJob's account, and serving-groups to the webhook's account (get on Pods:
     test_serving_groups_let_the_webhook_get_pods_only)."""
     name, objects = build
     rbac = [o for o in objects if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
@@ -602,6 +603,8 @@ def test_builds_without_a_component_that_reads_the_api_grant_no_api_access(build
         expected.add(NAME)
     if "gpu-inventory" in name:
         expected.add("volcano-injector-gpu-inventory")
+    if "policy-reports" in name:
+        expected.add("volcano-injector-policy-reports")
     assert granted_to == expected
     assert bool(rbac) == bool(expected)
 
