@@ -15,7 +15,7 @@ from django.urls import path, reverse
 from django.utils.http import urlencode
 
 from injector_site.platform.admin_permissions import ViewOnlyAdminMixin
-from mutations.engine import is_namespace_pattern
+from mutations.engine import is_namespace_pattern, mib_text
 from mutations.webhook.decide import pod_preview, preview_answer
 
 from ..models import ApiToken, GpuModel, NamespacePolicy, NamespaceQuota, Preset
@@ -42,9 +42,7 @@ from .links import audit_links
 
 
 def _mib(value: int | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value} MiB ({value / 1024:.1f} GiB)" if value >= 1024 else f"{value} MiB"
+    return "-" if value is None else mib_text(value)
 
 
 if TYPE_CHECKING:
