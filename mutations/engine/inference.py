@@ -46,6 +46,7 @@ from .pod import Container
 from .serving import LLAMA_CPP, VLLM, Launch, ServingCommand, container_launch_read
 from .serving_memo import container_gpus, serving_memo_key
 from .specs import GPU_RESOURCE, GpuModelSpec, JsonObject, UnknownModel
+from .words import count_of
 
 # Name suffixes of quantized checkpoints -> weight type (DTYPE_BYTES), longest first.
 _NAME_QUANT = (
@@ -212,7 +213,7 @@ def _size_unread(container: Container, launch: Launch, lws: ServingGroup | None,
         width = gpus * (group.size if group else 1)
         command = ServingCommand(engine=VLLM, model=model, tensor_parallel=width)
         return _size(container, command, gpus, language_models, card, sequences, warnings, pod=pod, group=group,
-                     assumed=f"tensor parallel over the {'group' if group else 'Pod'}'s {width} GPU(s) assumed")
+                     assumed=f"tensor parallel over the {'group' if group else 'Pod'}'s {count_of(width, 'GPU')} assumed")
     why = unread_reason(launch, group, leader, container, pod)
     return _unknown(container, why, pod, warnings)
 
@@ -276,7 +277,7 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
                      rule="gpu.card_memory")
     source = f"serving command: {served} ({how})"
     where = f", {group.size}-Pod group" if group else ""
-    warnings.append(f"{who}: {served} ({how}, {parallel} GPU(s){where}): {need.breakdown()}")
+    warnings.append(f"{who}: {served} ({how}, {count_of(parallel, 'GPU')}{where}): {need.breakdown()}")
     if model is not None and need.context_dominates:
         warnings.append(_long_context_note(who, model, knobs, need))
     explanation = _explanation(command, model, need, how)
@@ -307,7 +308,7 @@ def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, mo
     if model is not None and not knobs.kv_cache_memory_bytes:
         context = largest_context_fitting(model, knobs, card.memory_mib)
         if context is not None:
-            fixes.append(f"--max-model-len {context} fits on {parallel} GPU(s)")
+            fixes.append(f"--max-model-len {context} fits on {count_of(parallel, 'GPU')}")
     if not fixes:
         fixes.append("a quantized checkpoint (AWQ, GPTQ, FP8) or more GPUs")
     return text + "; " + " or ".join(fixes)

@@ -57,6 +57,7 @@ from .specs import (
     PodVerdict,
     SchedulerScope,
 )
+from .words import count_of
 
 _Fallback = TypeVar("_Fallback", bound="int | None")
 
@@ -196,7 +197,7 @@ class _Mutation:
         # differs from the original then, and only otherwise is the whole Pod compared.
         if self.grants:
             total = sum(g.vgpu_number for g in self.grants)
-            reason = f"converted {total} GPU(s) to vGPUs ({source})"
+            reason = f"converted {count_of(total, 'GPU')} to vGPUs ({source})"
         elif self.pod == self.original:
             reason = "already converted" if has_vgpu(self.original) else "no GPU request"
             return answer(Decision.UNCHANGED, self.original, reason)
@@ -250,7 +251,7 @@ class _Mutation:
         cores_text = f", {granted_cores}% cores" if granted_cores is not None else ""
         self.warnings.append(
             f"container {container.name!r}: {GPU_RESOURCE}: {format(count.normalize(), 'f')} became "
-            f"{number} vGPU(s) of {granted_memory} MiB{cores_text} ({sizing.source})"
+            f"{count_of(number, 'vGPU')} of {granted_memory} MiB{cores_text} ({sizing.source})"
         )
 
     def _gpu_count(self, container: Container, limits: JsonObject, requests: JsonObject) -> Decimal:
@@ -285,7 +286,7 @@ class _Mutation:
             raise Denial(
                 field,
                 f"container {container.name!r}: {GPU_RESOURCE}: {format(count.normalize(), 'f')} is neither whole "
-                "nor below 1; use a whole number of GPUs, or a fraction such as 500m for part of one card",
+                "nor below 1; accepted: a whole number of GPUs, or a fraction such as 500m for part of one card",
                 rule="gpu.fraction", fix=f"set {GPU_RESOURCE} to a whole number, or a fraction below 1 such as 500m",
             )
         card = sizing.gpu_model
@@ -294,8 +295,7 @@ class _Mutation:
             raise Denial(
                 field,
                 f"container {container.name!r}: a fractional {GPU_RESOURCE} ({format(count.normalize(), 'f')}) "
-                f"needs a known GPU model to size it: set {ANN_GPU_TYPE} to one of: {known}, "
-                "or use a preset with a GPU model",
+                f"needs a known GPU model to size it; accepted GPU models: {known}",
                 rule="gpu.fraction", fix=f"set {ANN_GPU_TYPE} to one of: {known}, or use a preset with a GPU model",
             )
         memory_mib = max(1, int(card.memory_mib * count))

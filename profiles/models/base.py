@@ -25,8 +25,8 @@ kube_name_validator = RegexValidator(
 
 
 class TimestampedModel(models.Model):
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(verbose_name="created", auto_now_add=True)
+    updated_at = models.DateTimeField(verbose_name="last changed", auto_now=True)
 
     class Meta:
         abstract = True

@@ -54,7 +54,7 @@ def need(model, **knobs):
     (server_pod(args=["--model", "Qwen/Qwen2.5-0.5B-Instruct"]), need("Qwen2.5-0.5B-Instruct"), ["32,768 tokens"]),
     (server_pod(gpus="4", command=["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct"],
                 args=["--tensor-parallel-size", "4", "--max-model-len", "32768"]),
-     need("Llama-3.1-70B-Instruct", tp=4, max_model_len=32768), ["4 GPU(s)"]),
+     need("Llama-3.1-70B-Instruct", tp=4, max_model_len=32768), ["4 GPUs"]),
     (server_pod(image="lmsysorg/sglang:v0.4.9", command=["python3", "-m", "sglang.launch_server", "--model-path",
                                                          "Qwen/Qwen2.5-7B-Instruct", "--context-length", "8192"]),
      need("Qwen2.5-7B-Instruct", engine="sglang", max_model_len=8192), ["sglang serving"]),
@@ -176,7 +176,7 @@ def test_a_preset_chosen_by_model_size_is_per_card_for_the_pods_gpu_count():
     assert limits(one)["volcano.sh/vgpu-memory"] == "37888"
     halved = int(limits(two)["volcano.sh/vgpu-memory"])
     assert 37888 * 0.45 < halved < 37888 * 0.6
-    assert "sized for 1 GPU(s); per card for 2" in two.source
+    assert "sized for 1 GPU; per card for 2" in two.source
 
 
 def test_output_is_a_fixed_point():
