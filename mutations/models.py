@@ -104,7 +104,8 @@ class AdmissionAudit(models.Model):
     warnings = CompressedJSONField(default=list)
     dry_run = models.BooleanField(default=False)
     # The configuration version the admission was decided under: the id of the last change in the change log
-    # (profiles.ObjectChange) then. 0: decided before versions were recorded, or without configuration.
+    # (profiles.ObjectChange) then. 0: the configuration as the migrations seeded it (before any change; profiles
+    # migration 0009), and rows written before versions were recorded.
     config_version = models.BigIntegerField(
         default=0, db_default=0,
         help_text="Configuration version (change-log id) in force when the webhook decided; 0 when unknown.",
