@@ -213,7 +213,8 @@ def _size_unread(container: Container, launch: Launch, lws: ServingGroup | None,
         width = gpus * (group.size if group else 1)
         command = ServingCommand(engine=VLLM, model=model, tensor_parallel=width)
         return _size(container, command, gpus, language_models, card, sequences, warnings, pod=pod, group=group,
-                     assumed=f"tensor parallel over the {'group' if group else 'Pod'}'s {count_of(width, 'GPU')} assumed")
+                     assumed=(f"tensor parallel over the {'group' if group else 'Pod'}'s "
+                              f"{count_of(width, 'GPU')} assumed"))
     why = unread_reason(launch, group, leader, container, pod)
     return _unknown(container, why, pod, warnings)
 
@@ -276,8 +277,6 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel, group),
                      rule="gpu.card_memory")
     source = f"serving command: {served} ({how})"
-    where = f", {group.size}-Pod group" if group else ""
-    warnings.append(f"{who}: {served} ({how}, {count_of(parallel, 'GPU')}{where}): {need.breakdown()}")
     if model is not None and need.context_dominates:
         warnings.append(_long_context_note(who, model, knobs, need))
     explanation = _explanation(command, model, need, how)
@@ -344,5 +343,6 @@ def _explanation(command: ServingCommand, model: LanguageModelSpec | None, need:
         "overhead_mib": round(need.overhead_mib),
         "memory_fraction": need.fraction,
         "per_card_mib": need.per_card_mib,
+        "breakdown": need.breakdown(),  # the whole sum, in words: the warning gives only the result
         "source_url": model.source_url if model is not None else None,
     }

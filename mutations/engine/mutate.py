@@ -57,7 +57,7 @@ from .specs import (
     PodVerdict,
     SchedulerScope,
 )
-from .words import count_of
+from .words import count_of, serving_brief, source_brief
 
 _Fallback = TypeVar("_Fallback", bound="int | None")
 
@@ -248,10 +248,15 @@ class _Mutation:
         )
         if not self.admit:
             return
+        # One warning per conversion, the result first and short (kubectl shows 120 characters well, and the API
+        # server may cut at 256); the whole sizing stays in the grant (audit row, detail page).
         cores_text = f", {granted_cores}% cores" if granted_cores is not None else ""
+        asked = count.normalize()
+        share = f" for {GPU_RESOURCE}: {format(asked, 'f')}" if asked != number else ""
+        serving = sizing.serving_explanation if container.name == sizing.serving_container else None
+        why = serving_brief(serving) if serving else source_brief(sizing.source)
         self.warnings.append(
-            f"container {container.name!r}: {GPU_RESOURCE}: {format(count.normalize(), 'f')} became "
-            f"{count_of(number, 'vGPU')} of {granted_memory} MiB{cores_text} ({sizing.source})"
+            f"{container.name}: {count_of(number, 'vGPU')} of {granted_memory:,} MiB{cores_text}{share} ({why})"
         )
 
     def _gpu_count(self, container: Container, limits: JsonObject, requests: JsonObject) -> Decimal:

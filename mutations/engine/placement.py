@@ -322,6 +322,6 @@ def _oversubscription(request: _Request, need: int, roomiest: NodePoolSpec, poli
             fix=f"ask for at most {real:,} MiB per vGPU, or ask your cluster operator to allow oversubscribed "
                 f"serving in namespace policy {policy.namespace!r}",
         )]
-    warnings.append(f"{need:,} MiB a vGPU is more than {with_article(_card(roomiest))} has ({real:,} MiB): the rest lives in "
-                    "host memory (oversubscribed pool)")
+    warnings.append(f"{need:,} MiB a vGPU is more than {with_article(_card(roomiest))} has ({real:,} MiB): the rest "
+                    "lives in host memory (oversubscribed pool)")
     return []

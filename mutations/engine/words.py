@@ -25,3 +25,32 @@ def count_of(number: int | float | Decimal | str, noun: str) -> str:
     value = Decimal(str(number))
     shown = format(value.normalize(), "f") if isinstance(number, (Decimal, str)) else str(number)
     return f"{shown} {noun}{'s' if value > 1 or value == 0 else ''}"
+
+
+# The weight types a model is served in unless the command says otherwise: not worth a word in a warning.
+_PLAIN_WEIGHTS = frozenset({"bf16", "fp16", "float16", "bfloat16", "auto"})
+# What a warning may say of where a grant came from, at most: the warning stays near kubectl's 120 characters.
+SOURCE_MAX_CHARS = 80
+
+
+def tokens_text(tokens: int) -> str:
+    """A context length as people say it: `8k`, `128k`, `131,073` when not a whole number of 1,024."""
+    return f"{tokens // 1024}k" if tokens and tokens % 1024 == 0 else f"{tokens:,}"
+
+
+def serving_brief(sizing: dict) -> str:
+    """A serving command's grant in a few words: `vllm serving Llama-3.1-70B-Instruct over 4 GPUs, 8k context`."""
+    what = f"{sizing.get('engine')} serving {sizing.get('matched') or sizing.get('model')}"
+    weight_type = str(sizing.get("weight_type") or "")
+    if weight_type and weight_type.lower() not in _PLAIN_WEIGHTS:
+        what += f" {weight_type}"
+    parallel = sizing.get("parallel") or 1
+    if parallel > 1:
+        what += f" over {parallel} GPUs"
+    tokens = sizing.get("kv_tokens")
+    return what + (f", {tokens_text(tokens)} context" if isinstance(tokens, int) and tokens > 0 else "")
+
+
+def source_brief(source: str) -> str:
+    """Where a grant came from, cut to SOURCE_MAX_CHARS (the audit row keeps it whole)."""
+    return source if len(source) <= SOURCE_MAX_CHARS else source[:SOURCE_MAX_CHARS - 1] + "…"
