@@ -12,6 +12,7 @@ from rest_framework import serializers
 from mutations.engine import Mode, SchedulerScope, is_namespace_pattern
 
 from ..models import GpuModel, NamespacePolicy, Preset
+from ..models.presets import MEMORY_AT_MOST
 from ..services import gpu_model_validate, namespace_policy_validate, preset_validate
 
 
@@ -96,6 +97,7 @@ class PresetSerializer(serializers.ModelSerializer):
             "created_at", "updated_at", "history",
         ]
         read_only_fields = ["created_at", "updated_at"]
+        extra_kwargs = {"vgpu_memory_mib": {"error_messages": {"max_value": MEMORY_AT_MOST}}}
 
     def get_history(self, instance) -> str | None:
         return _history_url(self, instance)
@@ -139,6 +141,7 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
             "updated_at", "history",
         ]
         read_only_fields = ["created_at", "updated_at"]
+        extra_kwargs = {"max_vgpu_memory_mib": {"error_messages": {"max_value": MEMORY_AT_MOST}}}
 
     def get_history(self, instance) -> str | None:
         return _history_url(self, instance)

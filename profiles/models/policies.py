@@ -5,9 +5,10 @@ from django.db import models
 from django.db.models import Q
 
 from mutations.engine import Mode, SchedulerScope, UnknownModel
+from mutations.engine.annotations import MAX_VGPU_MEMORY_MIB
 
 from .base import TimestampedModel, kube_name_validator, namespace_pattern_validator, quantity_validator
-from .presets import Preset
+from .presets import MEMORY_AT_MOST, Preset
 
 
 class NamespacePolicy(TimestampedModel):
@@ -36,7 +37,8 @@ class NamespacePolicy(TimestampedModel):
     max_vgpus_per_pod = models.PositiveIntegerField(
         verbose_name="most vGPUs per Pod", null=True, blank=True, validators=[MinValueValidator(1)])
     max_vgpu_memory_mib = models.PositiveIntegerField(
-        verbose_name="most memory per vGPU (MiB)", null=True, blank=True, validators=[MinValueValidator(1)])
+        verbose_name="most memory per vGPU (MiB)", null=True, blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_VGPU_MEMORY_MIB, message=MEMORY_AT_MOST)])
     scheduler_name = models.CharField(verbose_name="scheduler name", max_length=63, default="volcano", blank=True)
     scheduler_scope = models.CharField(
         verbose_name="scheduler scope",
@@ -111,6 +113,11 @@ class NamespacePolicy(TimestampedModel):
         ordering = ["namespace"]
         verbose_name_plural = "namespace policies"
         constraints = [
+            models.CheckConstraint(
+                condition=Q(max_vgpu_memory_mib__isnull=True) | Q(max_vgpu_memory_mib__lte=MAX_VGPU_MEMORY_MIB),
+                name="%(app_label)s_%(class)s_memory_at_most",
+                violation_error_message=f"The most memory per vGPU is at most {MAX_VGPU_MEMORY_MIB:,} MiB.",
+            ),
             models.CheckConstraint(
                 condition=Q(budget_vgpu_memory_gib__isnull=True) | Q(budget_vgpu_memory_gib__gt=0),
                 name="%(app_label)s_%(class)s_budget_memory_positive",

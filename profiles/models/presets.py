@@ -4,8 +4,13 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
+from mutations.engine.annotations import MAX_VGPU_MEMORY_MIB
+
 from .base import TimestampedModel, kube_name_validator, quantity_validator
 from .gpu_models import GpuModel
+
+# What a field of MiB per vGPU may hold at most, whatever the cards (the form, the API and the database say it).
+MEMORY_AT_MOST = f"At most {MAX_VGPU_MEMORY_MIB:,} MiB (1,024 GiB) per vGPU: no GPU has more."
 
 
 class Preset(TimestampedModel):
@@ -15,7 +20,8 @@ class Preset(TimestampedModel):
     description = models.TextField(verbose_name="description", blank=True)
     vgpu_memory_mib = models.PositiveIntegerField(
         verbose_name="memory per vGPU (MiB)",
-        validators=[MinValueValidator(1)], help_text="GPU memory per vGPU in MiB (written to volcano.sh/vgpu-memory)."
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_VGPU_MEMORY_MIB, message=MEMORY_AT_MOST)],
+        help_text="GPU memory per vGPU in MiB (written to volcano.sh/vgpu-memory)."
     )
     vgpu_cores_percent = models.PositiveSmallIntegerField(
         verbose_name="cores per vGPU (%)",
@@ -82,6 +88,13 @@ class Preset(TimestampedModel):
                 condition=Q(vgpu_memory_mib__gt=0),
                 name="%(app_label)s_%(class)s_memory_positive",
                 violation_error_message="vGPU memory must be more than 0 MiB.",
+            ),
+            # The sane maximum, as the vgpu-memory annotation's; the largest known card, which changes, is
+            # checked by preset_validate (admin and API alike).
+            models.CheckConstraint(
+                condition=Q(vgpu_memory_mib__lte=MAX_VGPU_MEMORY_MIB),
+                name="%(app_label)s_%(class)s_memory_at_most",
+                violation_error_message=f"vGPU memory is at most {MAX_VGPU_MEMORY_MIB:,} MiB.",
             ),
             models.CheckConstraint(
                 condition=Q(vgpu_cores_percent__isnull=True) | Q(vgpu_cores_percent__lte=100),

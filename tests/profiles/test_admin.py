@@ -288,3 +288,13 @@ def test_admin_forms_label_each_field_in_words_with_its_unit(staff_client, url, 
         assert f">{label}</label>" in page, label
     for raw in ("Vgpu memory mib", "Min model size b", "Max vgpu memory mib", "Kv heads", "Params b"):
         assert raw not in page
+
+
+@pytest.mark.parametrize("mib", [str(10**12), str(200 * 1024)], ids=["10^12", "above-every-card"])
+def test_preset_and_policy_memory_above_every_known_card_is_refused_on_the_field(staff_client, mib):
+    response = staff_client.post("/admin/profiles/preset/add/", preset_form(vgpu_memory_mib=mib))
+    assert "vgpu_memory_mib" in form_errors(response)
+    assert not Preset.objects.filter(name="custom").exists()
+    response = staff_client.post("/admin/profiles/namespacepolicy/add/", policy_form(max_vgpu_memory_mib=mib))
+    assert "max_vgpu_memory_mib" in form_errors(response)
+    assert not NamespacePolicy.objects.filter(namespace="team-a").exists()

@@ -378,3 +378,28 @@ def test_too_many_bad_tokens_from_one_address_are_answered_429(settings, operato
     client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(username=operator.username)[0]}")
     assert client.get(PRESETS).status_code == 429  # the address waits out the minute, whatever it sends
     cache.clear()
+
+
+# --- memory bounded by the largest known card, and a sane maximum ---------------------------------------
+@pytest.mark.parametrize("mib", [10**12, 2**20 + 1, 200 * 1024], ids=["10^12", "above-1-TiB", "above-every-card"])
+def test_preset_memory_above_every_known_card_is_a_400_naming_the_field(operator_api, mib):
+    largest = GpuModel.objects.order_by("-memory_mib").first()
+    response = operator_api.post(PRESETS, new_preset(vgpu_memory_mib=mib), format="json")
+    assert response.status_code == 400
+    messages = " ".join(response.json()["vgpu_memory_mib"])
+    assert f"{largest.memory_mib:,} MiB" in messages or "At most 1,048,576 MiB" in messages, messages
+    assert not Preset.objects.filter(name="custom").exists()
+
+
+@pytest.mark.parametrize("mib", [10**12, 2**20 + 1, 200 * 1024], ids=["10^12", "above-1-TiB", "above-every-card"])
+def test_policy_memory_cap_above_every_known_card_is_a_400_naming_the_field(operator_api, mib):
+    response = operator_api.post(POLICIES, {"namespace": "team-a", "max_vgpu_memory_mib": mib}, format="json")
+    assert response.status_code == 400
+    assert "max_vgpu_memory_mib" in response.json(), response.json()
+    assert not NamespacePolicy.objects.filter(namespace="team-a").exists()
+
+
+def test_preset_memory_up_to_the_largest_known_card_is_saved(operator_api):
+    largest = GpuModel.objects.order_by("-memory_mib").first()
+    response = operator_api.post(PRESETS, new_preset(vgpu_memory_mib=largest.memory_mib), format="json")
+    assert response.status_code == 201, response.json()
