@@ -43,6 +43,9 @@ class ObjectChange(models.Model):
     object_repr = models.CharField(
         verbose_name="object", max_length=253, help_text="The object's name (a policy's namespace) after the "
                                                              "change, before it for a delete.")
+    reason = models.TextField(verbose_name="reason", blank=True, default="",
+                              help_text="Why the change was made, as its author gave it (a restore from the admin "
+                                        "needs one; the admin's and the API's other changes may give one).")
     prechange_data = models.JSONField(verbose_name="before", null=True, blank=True)
     postchange_data = models.JSONField(verbose_name="after", null=True, blank=True)
 
