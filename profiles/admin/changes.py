@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError
@@ -38,8 +39,28 @@ def object_admin_url(object_type: str, object_id: int) -> str | None:
         return None
 
 
+REASON_FIELD = "change_reason"
+
+
 class ChangeHistoryMixin:
-    """The admin's "History" button of a change-logged object opens its rows in the change log."""
+    """The admin's "History" button of a change-logged object opens its rows in the change log; its change form
+    takes an optional reason, kept on the change the save makes."""
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]
+        return [*fieldsets, ("Why", {"fields": [REASON_FIELD],
+                                     "description": "Optional: kept on the change this save makes (change log)."})]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        base = kwargs.get("form", self.form)  # type: ignore[attr-defined]
+        reason = forms.CharField(label="Reason", required=False, max_length=REASON_MAX_CHARS,
+                                 widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
+        kwargs["form"] = type(base.__name__, (base,), {REASON_FIELD: reason})
+        return super().get_form(request, obj, change, **kwargs)  # type: ignore[misc]
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        with change_reason(request.POST.get(REASON_FIELD, "") if request.method == "POST" else ""):
+            return super().changeform_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
 
     def history_view(self, request, object_id, extra_context=None):
         model = self.model  # type: ignore[attr-defined]

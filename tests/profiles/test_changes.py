@@ -355,3 +355,15 @@ def test_changes_through_the_api_and_its_restore_keep_an_optional_reason(operato
     restored = operator_api.post(f"{CHANGES}{change.pk}/restore/", {"reason": "back to 40"}, format="json")
     assert restored.status_code == 200 and restored.json()["reason"] == "back to 40"
     assert ObjectChange.objects.latest("id").reason == "back to 40"
+
+
+def test_an_admin_edit_keeps_its_optional_reason_on_the_change(staff_client):
+    preset = Preset.objects.get(name="llm-7b")
+    page = staff_client.get(f"/admin/profiles/preset/{preset.pk}/change/").content.decode()
+    assert 'name="change_reason"' in page
+    response = staff_client.post(f"/admin/profiles/preset/{preset.pk}/change/",
+                                 {**preset_admin_form(preset, vgpu_cores_percent="40"), "change_reason": "fairer"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert ObjectChange.objects.latest("id").reason == "fairer"
+    staff_client.post(f"/admin/profiles/preset/{preset.pk}/change/", preset_admin_form(preset, vgpu_cores_percent="45"))
+    assert ObjectChange.objects.latest("id").reason == ""
