@@ -287,11 +287,11 @@ def test_detail_of_a_missing_row_is_a_404(staff_client):
     assert staff_client.get("/dashboard/admissions/999999/").status_code == 404
 
 
-def test_detail_takes_one_query_for_the_row(staff_client, django_assert_num_queries):
-    row = audit_row()
-    with django_assert_num_queries(5):  # session, user, its permissions (2), the row
+def test_detail_takes_one_query_for_the_row_and_one_for_its_configuration(staff_client, django_assert_num_queries):
+    row = audit_row()  # version 0: the configuration as seeded, read from the first changes after it
+    with django_assert_num_queries(6):  # session, user, its permissions (2), the row, its configuration
         staff_client.get(row.get_absolute_url())
-    with django_assert_num_queries(6):  # without its day: and the list of day partitions, to find it from the id
+    with django_assert_num_queries(7):  # without its day: and the list of day partitions, to find it from the id
         staff_client.get(f"/dashboard/admissions/{row.id}/")
 
 
