@@ -19,6 +19,6 @@ def gib_text(mib: int | float | Decimal) -> str:
 def mib_text(mib: int | float | Decimal, *, with_gib: bool = True) -> str:
     """`512 MiB`, `40,448 MiB (39.5 GiB)`: MiB always, GiB in parentheses from 1 GiB on unless `with_gib` is off."""
     number = f"{round(mib):,} MiB"
-    if with_gib and abs(mib) >= GIB:
+    if with_gib and abs(float(mib)) >= GIB:
         return f"{number} ({gib_text(mib)})"
     return number

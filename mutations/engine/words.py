@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 # Initials read as a letter whose name starts with a vowel sound (A, E, F, H, I, L, M, N, O, R, S, X: "an H100",
 # "an L4", "an RTX 6000"), and numbers read starting with one (8, 11, 18: "an 80GB card"). Card names are
@@ -38,7 +39,7 @@ def tokens_text(tokens: int) -> str:
     return f"{tokens // 1024}k" if tokens and tokens % 1024 == 0 else f"{tokens:,}"
 
 
-def serving_brief(sizing: dict) -> str:
+def serving_brief(sizing: dict[str, Any]) -> str:
     """A serving command's grant in a few words: `vllm serving Llama-3.1-70B-Instruct over 4 GPUs, 8k context`."""
     what = f"{sizing.get('engine')} serving {sizing.get('matched') or sizing.get('model')}"
     weight_type = str(sizing.get("weight_type") or "")

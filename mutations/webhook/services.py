@@ -8,7 +8,7 @@ import time
 from django.conf import settings
 
 from ..audit import audit_record_submit
-from ..engine import Decision, JsonObject, admission
+from ..engine import Decision, JsonObject, MutationResult, admission
 from ..metrics import ADMISSION_FAILURES, admission_observe
 from .decide import Preview, pod_preview
 from .groups import group_leader_for
@@ -115,7 +115,7 @@ def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | 
 WARNING_MAX_CHARS = 255
 
 
-def _audit_only_warning(result) -> str:
+def _audit_only_warning(result: MutationResult) -> str:
     """What enforce would have done, first: `audit-only (namespace policy 'lab-*'): would deny: <first rule>`."""
     head = f"audit-only (namespace policy {result.policy!r}), nothing changed: "
     explanation = getattr(result, "explanation", None) or {}

@@ -52,7 +52,7 @@ class ChangeHistoryMixin:
                                      "description": "Optional: kept on the change this save makes (change log)."})]
 
     def get_form(self, request, obj=None, change=False, **kwargs):
-        base = kwargs.get("form", self.form)  # type: ignore[attr-defined]
+        base: type[forms.ModelForm] = kwargs.get("form") or self.form  # type: ignore[attr-defined]
         reason = forms.CharField(label="Reason", required=False, max_length=REASON_MAX_CHARS,
                                  widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
         kwargs["form"] = type(base.__name__, (base,), {REASON_FIELD: reason})
