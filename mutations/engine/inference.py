@@ -267,9 +267,9 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         need = fallback_need(size[0], parallel=parallel, bytes_per_param=per_param,
                              weight_type=weight_type or "bf16", fraction=knobs.memory_fraction or 0.9)
         how = f"not in the catalog; estimated from {size[1].upper()} in its name"
-        warnings.append(f"{who}: {served} is not in the model catalog: sized from the {size[1].upper()} in its name "
-                        "with a conservative estimate; add the model to the catalog (/api/v1/models/) for a "
-                        "grant that follows its architecture and context")
+        # Short (kubectl's 120 characters where it can): the model's name is most of it.
+        warnings.append(f"{who}: {command.model} is not in the model catalog: sized from {size[1].upper()} in its "
+                        "name, conservatively; add it at /api/v1/models/")
     if assumed:
         how = f"{how}; {assumed}"
     field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
