@@ -7,8 +7,10 @@ from django.db.models import Q
 from mutations.engine import Mode, SchedulerScope, UnknownModel
 from mutations.engine.annotations import MAX_VGPU_MEMORY_MIB
 
-from .base import TimestampedModel, kube_name_validator, namespace_pattern_validator, quantity_validator
+from .base import TimestampedModel, kube_name_validator, namespace_pattern_validator, policy_quantity_validator
 from .presets import MEMORY_AT_MOST, Preset
+
+INHERITS = "Blank: the global policy's (*) value; none: no default here."
 
 
 class NamespacePolicy(TimestampedModel):
@@ -45,13 +47,15 @@ class NamespacePolicy(TimestampedModel):
         max_length=16, choices=[(s.value, s.value) for s in SchedulerScope], default=SchedulerScope.GPU_PODS.value,
         help_text="Whether the scheduler name is set on GPU Pods only or on every Pod.",
     )
-    cpu_request = models.CharField(
-        verbose_name="CPU request", max_length=32, blank=True, validators=[quantity_validator])
-    cpu_limit = models.CharField(verbose_name="CPU limit", max_length=32, blank=True, validators=[quantity_validator])
-    memory_request = models.CharField(
-        verbose_name="memory request", max_length=32, blank=True, validators=[quantity_validator])
-    memory_limit = models.CharField(
-        verbose_name="memory limit", max_length=32, blank=True, validators=[quantity_validator])
+    # Blank inherits the global policy's value (profiles.catalog), `none` sets no default.
+    cpu_request = models.CharField(verbose_name="CPU request", max_length=32, blank=True,
+                                   validators=[policy_quantity_validator], help_text=INHERITS)
+    cpu_limit = models.CharField(verbose_name="CPU limit", max_length=32, blank=True,
+                                 validators=[policy_quantity_validator], help_text=INHERITS)
+    memory_request = models.CharField(verbose_name="memory request", max_length=32, blank=True,
+                                      validators=[policy_quantity_validator], help_text=INHERITS)
+    memory_limit = models.CharField(verbose_name="memory limit", max_length=32, blank=True,
+                                    validators=[policy_quantity_validator], help_text=INHERITS)
     deny_privileged = models.BooleanField(
         verbose_name="deny privileged GPU Pods",
         default=True, help_text="Deny GPU Pods with privileged containers (they escape vGPU isolation)."

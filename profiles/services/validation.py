@@ -62,7 +62,9 @@ def _ranges_overlap(a: tuple[Decimal | None, Decimal | None], b: tuple[Decimal |
 def _quantity_order_problems(owner: Preset | NamespacePolicy, label: str) -> dict[str, list[str]]:
     problems: dict[str, list[str]] = {}
     for resource in ("cpu", "memory"):
-        request, limit = getattr(owner, f"{resource}_request"), getattr(owner, f"{resource}_limit")
+        # `none` (a policy's explicit "no default") is no quantity to compare.
+        request, limit = (value if value != "none" else "" for value in (
+            getattr(owner, f"{resource}_request"), getattr(owner, f"{resource}_limit")))
         for field, value in ((f"{resource}_request", request), (f"{resource}_limit", limit)):
             if value:
                 try:
