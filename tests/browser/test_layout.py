@@ -10,7 +10,7 @@ from django.core.management import call_command
 from PIL import Image
 
 from mutations.models import AdmissionAudit
-from profiles.models import GpuModel, LanguageModel, NamespacePolicy, Preset
+from profiles.models import GpuModel, LanguageModel, NamespacePolicy, ObjectChange, Preset
 from tests.support import pods
 
 from .conftest import ARTIFACTS
@@ -237,6 +237,15 @@ def test_admin_change_forms_and_the_model_list_fit_the_screen(admissions, django
         page.goto(f"{live_server.url}{path}")
         assert page_overflow(page) == [], f"{name} at {width} px"
         page.screenshot(path=ARTIFACTS / f"layout-admin-{name}-{width}.png", full_page=True)
+    # The restore's confirmation: what it changes, its impact, the reason.
+    preset = Preset.objects.get(name="llm-7b")
+    preset.vgpu_memory_mib += 1024
+    preset.save()
+    change = ObjectChange.objects.latest("id")
+    page.goto(f"{live_server.url}/admin/profiles/objectchange/{change.pk}/restore/?state=before")
+    assert page.locator("table.restore-diff tr.changed").count() == 1 and page.locator("#id_reason").is_visible()
+    assert page_overflow(page) == [], f"restore at {width} px"
+    page.screenshot(path=ARTIFACTS / f"layout-admin-restore-{width}.png", full_page=True)
     page.goto(f"{live_server.url}/admin/profiles/languagemodel/")
     assert page_overflow(page) == []
     page.screenshot(path=ARTIFACTS / f"layout-admin-model-list-{width}.png", full_page=True)
