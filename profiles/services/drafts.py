@@ -136,15 +136,16 @@ def draft_catalog(*, draft: Draft, catalog: Catalog | None = None) -> Catalog:
     else:
         # Every policy again from its row: the others' blank CPU/memory fields inherit the global policy's, which
         # the draft may be.
-        rows = [r for r in NamespacePolicy.objects.select_related("default_preset").prefetch_related("allowed_presets")
-                if stored is None or r.pk != stored.pk]
+        policy_rows: list[NamespacePolicy] = [
+            r for r in NamespacePolicy.objects.select_related("default_preset").prefetch_related("allowed_presets")
+            if stored is None or r.pk != stored.pk]
         if not draft.delete:
-            rows.append(row)
-        inherited = global_resources(rows)
+            policy_rows.append(row)
+        inherited = global_resources(policy_rows)
         allowed = frozenset(p.name for p in draft.allowed_presets or ())
         policies = [policy_spec_from_row(r, inherited=inherited) if r is not row else
                     dataclasses.replace(policy_spec_from_row(r, inherited=inherited), allowed_presets=allowed)
-                    for r in rows]
+                    for r in policy_rows]
     # The node pools as the cluster has them (a draft GPU model's own declared pool is not rebuilt here).
     return Catalog(presets=presets, gpu_models=gpu_models, policies=tuple(policies), default_preset=default,
                    version=-1, language_models=language_models, node_pools=catalog.node_pools,
