@@ -9,7 +9,7 @@ import mutations.models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mutations', '0021_audit_uid_index_on_recent_days'),
+        ('mutations', '0001_squashed_0021_audit'),
     ]
 
     operations = [

@@ -18,7 +18,7 @@ def seeded_is_version_0(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("profiles", "0008_verbose_names"),
+        ("profiles", "0010_labels_bounds_reason_inherited"),
     ]
 
     operations = [

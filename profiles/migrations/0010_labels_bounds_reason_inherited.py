@@ -1,7 +1,9 @@
-"""Every configuration field labelled in words with its unit (verbose_name only: no SQL).
+"""Issue 31: every configuration field labelled in words with its unit (verbose_name: no SQL), memory per vGPU at
+most 1,048,576 MiB (a check constraint), a change's reason, and a policy's CPU/memory default that may be blank
+(inherit the global policy's) or none.
 
 Longer than 400 lines because Django writes each AlterField whole, and every field of the configuration changed
-its label at once (issue 31).
+its label at once.
 """
 
 import django.core.validators
@@ -13,11 +15,16 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('profiles', '0007_change_log'),
+        ('profiles', '0009_gpu_inventory'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
+        migrations.AddField(
+            model_name='objectchange',
+            name='reason',
+            field=models.TextField(blank=True, default='', help_text="Why the change was made, as its author gave it (a restore from the admin needs one; the admin's and the API's other changes may give one).", verbose_name='reason'),
+        ),
         migrations.AlterField(
             model_name='apitoken',
             name='created_at',
@@ -201,12 +208,12 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='namespacepolicy',
             name='cpu_limit',
-            field=models.CharField(blank=True, max_length=32, validators=[django.core.validators.RegexValidator('^[+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$', 'Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi.')], verbose_name='CPU limit'),
+            field=models.CharField(blank=True, help_text="Blank: the global policy's (*) value; none: no default here.", max_length=32, validators=[django.core.validators.RegexValidator('^(none|[+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$', "Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi, none for no default, or leave it blank to inherit the global policy's.")], verbose_name='CPU limit'),
         ),
         migrations.AlterField(
             model_name='namespacepolicy',
             name='cpu_request',
-            field=models.CharField(blank=True, max_length=32, validators=[django.core.validators.RegexValidator('^[+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$', 'Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi.')], verbose_name='CPU request'),
+            field=models.CharField(blank=True, help_text="Blank: the global policy's (*) value; none: no default here.", max_length=32, validators=[django.core.validators.RegexValidator('^(none|[+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$', "Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi, none for no default, or leave it blank to inherit the global policy's.")], verbose_name='CPU request'),
         ),
         migrations.AlterField(
             model_name='namespacepolicy',
@@ -246,7 +253,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='namespacepolicy',
             name='max_vgpu_memory_mib',
-            field=models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(1)], verbose_name='most memory per vGPU (MiB)'),
+            field=models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(1048576, message='At most 1,048,576 MiB (1,024 GiB) per vGPU: no GPU has more.')], verbose_name='most memory per vGPU (MiB)'),
         ),
         migrations.AlterField(
             model_name='namespacepolicy',
@@ -256,12 +263,12 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='namespacepolicy',
             name='memory_limit',
-            field=models.CharField(blank=True, max_length=32, validators=[django.core.validators.RegexValidator('^[+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$', 'Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi.')], verbose_name='memory limit'),
+            field=models.CharField(blank=True, help_text="Blank: the global policy's (*) value; none: no default here.", max_length=32, validators=[django.core.validators.RegexValidator('^(none|[+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$', "Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi, none for no default, or leave it blank to inherit the global policy's.")], verbose_name='memory limit'),
         ),
         migrations.AlterField(
             model_name='namespacepolicy',
             name='memory_request',
-            field=models.CharField(blank=True, max_length=32, validators=[django.core.validators.RegexValidator('^[+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$', 'Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi.')], verbose_name='memory request'),
+            field=models.CharField(blank=True, help_text="Blank: the global policy's (*) value; none: no default here.", max_length=32, validators=[django.core.validators.RegexValidator('^(none|[+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$', "Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi, none for no default, or leave it blank to inherit the global policy's.")], verbose_name='memory request'),
         ),
         migrations.AlterField(
             model_name='namespacepolicy',
@@ -476,6 +483,14 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='preset',
             name='vgpu_memory_mib',
-            field=models.PositiveIntegerField(help_text='GPU memory per vGPU in MiB (written to volcano.sh/vgpu-memory).', validators=[django.core.validators.MinValueValidator(1)], verbose_name='memory per vGPU (MiB)'),
+            field=models.PositiveIntegerField(help_text='GPU memory per vGPU in MiB (written to volcano.sh/vgpu-memory).', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(1048576, message='At most 1,048,576 MiB (1,024 GiB) per vGPU: no GPU has more.')], verbose_name='memory per vGPU (MiB)'),
+        ),
+        migrations.AddConstraint(
+            model_name='namespacepolicy',
+            constraint=models.CheckConstraint(condition=models.Q(('max_vgpu_memory_mib__isnull', True), ('max_vgpu_memory_mib__lte', 1048576), _connector='OR'), name='profiles_namespacepolicy_memory_at_most', violation_error_message='The most memory per vGPU is at most 1,048,576 MiB.'),
+        ),
+        migrations.AddConstraint(
+            model_name='preset',
+            constraint=models.CheckConstraint(condition=models.Q(('vgpu_memory_mib__lte', 1048576)), name='profiles_preset_memory_at_most', violation_error_message='vGPU memory is at most 1,048,576 MiB.'),
         ),
     ]
