@@ -40,7 +40,8 @@ def tokens_text(tokens: int) -> str:
 
 
 def serving_brief(sizing: dict[str, Any]) -> str:
-    """A serving command's grant in a few words: `vllm serving Llama-3.1-70B-Instruct over 4 GPUs, 8k context`."""
+    """A serving command's grant in a few words: `vllm serving Llama-3.1-70B-Instruct over 4 GPUs, 8k context`
+    (`over 16 GPUs of a 2-Pod group` for a serving group)."""
     what = f"{sizing.get('engine')} serving {sizing.get('matched') or sizing.get('model')}"
     weight_type = str(sizing.get("weight_type") or "")
     if weight_type and weight_type.lower() not in _PLAIN_WEIGHTS:
@@ -48,6 +49,9 @@ def serving_brief(sizing: dict[str, Any]) -> str:
     parallel = sizing.get("parallel") or 1
     if parallel > 1:
         what += f" over {parallel} GPUs"
+    group = sizing.get("group")
+    if isinstance(group, dict) and group.get("size"):
+        what += f" of a {group['size']}-Pod group"
     tokens = sizing.get("kv_tokens")
     return what + (f", {tokens_text(tokens)} context" if isinstance(tokens, int) and tokens > 0 else "")
 
