@@ -51,66 +51,77 @@ class AdmissionAudit(models.Model):
 
     # The partition key on PostgreSQL: the table is partitioned by UTC day of created_at (migration
     # 0010, mutations/audit/partitions.py), so retention drops whole days (docs/audit-rollup.md).
-    created_at = models.DateTimeField(db_index=False)
+    created_at = models.DateTimeField(verbose_name="time", db_index=False)
     # The API server's uid for this call identifies the admission. A replay (the API server retrying the
     # same uid, a batch re-sent after a crash) within AUDIT_REPLAY_WINDOW of the first row is not written
     # again: the writer checks under its lock (mutations/audit/inserters.py). Not a unique index: on a
     # table partitioned by time, PostgreSQL allows unique indexes only with the partition key in them.
-    request_uid = models.CharField(max_length=128)
-    operation = models.CharField(max_length=16, default="CREATE")
-    namespace = models.CharField(max_length=253, blank=True)
-    pod_name = models.CharField(max_length=253, blank=True)
-    generate_name = models.CharField(max_length=253, blank=True)
-    owner_kind = models.CharField(max_length=63, blank=True)
-    owner_name = models.CharField(max_length=253, blank=True)
-    username = models.CharField(max_length=256, blank=True)
+    request_uid = models.CharField(verbose_name="request uid", max_length=128)
+    operation = models.CharField(verbose_name="operation", max_length=16, default="CREATE")
+    namespace = models.CharField(verbose_name="namespace", max_length=253, blank=True)
+    pod_name = models.CharField(verbose_name="Pod name", max_length=253, blank=True)
+    generate_name = models.CharField(verbose_name="name prefix (generateName)", max_length=253, blank=True)
+    owner_kind = models.CharField(verbose_name="owner kind", max_length=63, blank=True)
+    owner_name = models.CharField(verbose_name="owner name", max_length=253, blank=True)
+    username = models.CharField(verbose_name="user", max_length=256, blank=True)
     # Whether the caller proved it is the API server (a client certificate verified against
     # TLS_CLIENT_CA_FILE, mTLS). Without it, user, namespace and Pod are what an unknown caller claimed.
     # db_default: spool segments written before this column existed load as "not verified".
     caller_verified = models.BooleanField(
+        verbose_name="caller verified (mTLS)",
         default=False, db_default=False,
         help_text="The caller presented a client certificate verified against TLS_CLIENT_CA_FILE (mTLS).",
     )
-    decision = models.CharField(max_length=16, choices=[(d.value, d.value) for d in Decision])
-    reason = models.TextField(blank=True)
-    field = models.CharField(max_length=256, blank=True, help_text="For a denial: the field or annotation at fault.")
-    preset_name = models.CharField(max_length=63, blank=True)
-    policy_name = models.CharField(max_length=253, blank=True)
-    source = models.CharField(max_length=128, blank=True, help_text="What decided the vGPU memory.")
-    gpus_requested = models.DecimalField(max_digits=12, decimal_places=3, default=0)
-    vgpus_granted = models.PositiveIntegerField(default=0)
-    vgpu_memory_mib = models.PositiveBigIntegerField(default=0, help_text="Total MiB granted across vGPUs.")
+    decision = models.CharField(verbose_name="decision", max_length=16, choices=[(d.value, d.value) for d in Decision])
+    reason = models.TextField(verbose_name="reason", blank=True)
+    field = models.CharField(
+        verbose_name="field at fault", max_length=256, blank=True,
+        help_text="For a denial: the field or annotation at fault.")
+    preset_name = models.CharField(verbose_name="preset", max_length=63, blank=True)
+    policy_name = models.CharField(verbose_name="namespace policy", max_length=253, blank=True)
+    source = models.CharField(
+        verbose_name="memory decided by", max_length=128, blank=True, help_text="What decided the vGPU memory.")
+    gpus_requested = models.DecimalField(verbose_name="GPUs asked for", max_digits=12, decimal_places=3, default=0)
+    vgpus_granted = models.PositiveIntegerField(verbose_name="granted vGPUs", default=0)
+    vgpu_memory_mib = models.PositiveBigIntegerField(
+        verbose_name="granted vGPU memory in all (MiB)", default=0, help_text="Total MiB granted across vGPUs.")
     # The detail columns: shown whole on the detail page and in the API, never queried inside, so
     # stored compressed (mutations/compression: declaring a field CompressedJSONField is all it takes).
-    containers = CompressedJSONField(default=list, help_text="Per container: asked for, granted count, MiB, cores.")
+    containers = CompressedJSONField(
+        verbose_name="containers", default=list, help_text="Per container: asked for, granted count, MiB, cores.")
     resources_before = CompressedJSONField(
+        verbose_name="resources before",
         default=list, blank=True,
         help_text="Per container as the Pod arrived: name, init, and its resources (limits/requests).",
     )
-    patch = CompressedJSONField(default=list)
+    patch = CompressedJSONField(verbose_name="JSON patch", default=list)
     # For a denial (and what an audit-only policy would deny): what the Pod asked for, where the number came
     # from, every rule broken with its policy, and the fixes (mutations/engine/explain.py). NULL for the
     # other decisions: nothing to explain, and the cheapest value to write.
     explanation = CompressedJSONField(
+        verbose_name="explanation",
         dictionary=2, null=True, blank=True, default=None,
         help_text="For a denial: what was asked for, where the size came from, every rule broken, and fixes.",
     )
     # With resources_before, what the engine reads of the Pod (mutations.engine.inputs.pod_inputs): the impact
     # report replays admissions from them. db_default: spooled rows of the previous release load as {}.
     inputs = StoredJSONField(
+        verbose_name="engine inputs",
         default=dict, db_default={}, blank=True,
         help_text="What the engine reads of the Pod beyond containers' resources (compact; see pod_inputs).",
     )
-    warnings = CompressedJSONField(default=list)
-    dry_run = models.BooleanField(default=False)
+    warnings = CompressedJSONField(verbose_name="warnings", default=list)
+    dry_run = models.BooleanField(verbose_name="dry run", default=False)
     # The configuration version the admission was decided under: the id of the last change in the change log
-    # (profiles.ObjectChange) then. 0: decided before versions were recorded, or without configuration.
+    # (profiles.ObjectChange) then. 0: the configuration as the migrations seeded it (before any change; profiles
+    # migration 0009), and rows written before versions were recorded.
     config_version = models.BigIntegerField(
+        verbose_name="configuration version",
         default=0, db_default=0,
         help_text="Configuration version (change-log id) in force when the webhook decided; 0 when unknown.",
     )
-    duration_ms = models.FloatField(default=0)
-    replica = models.CharField(max_length=253, blank=True)
+    duration_ms = models.FloatField(verbose_name="time taken (ms)", default=0)
+    replica = models.CharField(verbose_name="answered by", max_length=253, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -192,12 +203,13 @@ _CATALOG_MARK = re.compile(r"\(catalog ([^()]+)\)")
 class AuditRollupCounts(models.Model):
     """What both rollups count per time bucket, decision, namespace and preset (each adds its bucket column)."""
 
-    decision = models.CharField(max_length=16)
-    namespace = models.CharField(max_length=253, blank=True)
-    preset_name = models.CharField(max_length=63, blank=True)
+    decision = models.CharField(verbose_name="decision", max_length=16)
+    namespace = models.CharField(verbose_name="namespace", max_length=253, blank=True)
+    preset_name = models.CharField(verbose_name="preset", max_length=63, blank=True)
     admissions = models.PositiveBigIntegerField(default=0)
     # numeric: a sum of bigint MiB over millions of rows must not overflow
-    vgpu_memory_mib = models.DecimalField(max_digits=38, decimal_places=0, default=0,
+    vgpu_memory_mib = models.DecimalField(
+        verbose_name="granted vGPU memory in all (MiB)", max_digits=38, decimal_places=0, default=0,
                                           help_text="Total MiB granted by these admissions.")
 
     class Meta:
@@ -247,13 +259,18 @@ class UnconvertedPodScan(models.Model):
     so the result reaches Prometheus from whichever replica it scrapes. Only the latest rows are kept.
     """
 
-    finished_at = models.DateTimeField()
-    succeeded = models.BooleanField()
-    error = models.TextField(blank=True, help_text="Why the scan failed (empty when it succeeded).")
-    pods_examined = models.PositiveIntegerField(default=0, help_text="Pods listed (not finished ones).")
-    unconverted = models.PositiveIntegerField(default=0, help_text="GPU Pods found unconverted, in all.")
-    by_namespace = models.JSONField(default=dict, blank=True, help_text="Unconverted GPU Pods per namespace.")
+    finished_at = models.DateTimeField(verbose_name="finished")
+    succeeded = models.BooleanField(verbose_name="succeeded")
+    error = models.TextField(
+        verbose_name="error", blank=True, help_text="Why the scan failed (empty when it succeeded).")
+    pods_examined = models.PositiveIntegerField(
+        verbose_name="Pods examined", default=0, help_text="Pods listed (not finished ones).")
+    unconverted = models.PositiveIntegerField(
+        verbose_name="unconverted GPU Pods", default=0, help_text="GPU Pods found unconverted, in all.")
+    by_namespace = models.JSONField(
+        verbose_name="by namespace", default=dict, blank=True, help_text="Unconverted GPU Pods per namespace.")
     pods = models.JSONField(
+        verbose_name="Pods",
         default=list, blank=True,
         help_text="The first unconverted Pods found: namespace, name, phase, created, owner.",
     )

@@ -9,6 +9,7 @@ is unreachable the last good Catalog stays in use.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -81,10 +82,9 @@ def _catalog_read() -> Catalog:
         presets[row.name] = preset_spec_from_row(row, gpu_models)
         if row.is_default and row.enabled:
             default_preset = row.name
-    policies = tuple(
-        policy_spec_from_row(row)
-        for row in NamespacePolicy.objects.select_related("default_preset").prefetch_related("allowed_presets")
-    )
+    rows = list(NamespacePolicy.objects.select_related("default_preset").prefetch_related("allowed_presets"))
+    inherited = global_resources(rows)
+    policies = tuple(policy_spec_from_row(row, inherited=inherited) for row in rows)
     language_models = language_model_index(list(LanguageModel.objects.order_by("name")))
     return Catalog(presets=presets, gpu_models=gpu_models, policies=policies,
                    default_preset=default_preset, version=version, language_models=language_models,
@@ -128,8 +128,37 @@ def preset_spec_from_row(row: Preset, gpu_models: dict[str, GpuModelSpec]) -> Pr
     )
 
 
-def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
-    """The engine's view of a namespace policy row (unsaved rows work too, for previews)."""
+# The global policy: every namespace without a policy of its own, and what the others' blank fields inherit.
+GLOBAL_POLICY = "*"
+# A policy's CPU/memory field left blank inherits the global policy's value; this value clears it (no default).
+NO_DEFAULT = "none"
+RESOURCE_FIELDS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
+
+
+def global_resources(rows: list[NamespacePolicy]) -> ResourceDefaults:
+    """The CPU/memory defaults of the global policy (`*`) among `rows`, which the other policies inherit."""
+    found = next((row for row in rows if row.namespace == GLOBAL_POLICY), None)
+    return _resource_defaults(found) if found is not None else ResourceDefaults()
+
+
+def resources_inherited(row: NamespacePolicy, inherited: ResourceDefaults | None) -> dict[str, str]:
+    """The CPU/memory values `row` takes from the global policy: its blank fields (the global policy's own: none)."""
+    if inherited is None or row.namespace == GLOBAL_POLICY:
+        return {}
+    return {name: value for name in RESOURCE_FIELDS
+            if not getattr(row, name) and (value := getattr(inherited, name)) is not None}
+
+
+def namespace_policy_inherited(*, policy: NamespacePolicy) -> dict[str, str]:
+    """The CPU/memory defaults `policy` takes from the global policy (`*`): its blank fields, by field."""
+    if policy.namespace == GLOBAL_POLICY:
+        return {}
+    return resources_inherited(policy, global_resources(list(NamespacePolicy.objects.filter(namespace=GLOBAL_POLICY))))
+
+
+def policy_spec_from_row(row: NamespacePolicy, *, inherited: ResourceDefaults | None = None) -> PolicySpec:
+    """The engine's view of a namespace policy row (unsaved rows work too, for previews); its blank CPU/memory
+    fields take `inherited` (the global policy's), `none` clears one."""
     allowed = frozenset(p.name for p in row.allowed_presets.all()) if row.pk else frozenset()
     return PolicySpec(
         namespace=row.namespace,
@@ -141,7 +170,7 @@ def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
         max_vgpu_memory_mib=row.max_vgpu_memory_mib,
         scheduler_name=row.scheduler_name,
         scheduler_scope=SchedulerScope(row.scheduler_scope),
-        resources=_resource_defaults(row),
+        resources=dataclasses.replace(_resource_defaults(row), **resources_inherited(row, inherited)),
         deny_privileged=row.deny_privileged,
         default_queue=row.default_queue or None,
         allowed_queues=frozenset(row.allowed_queues or ()),
@@ -155,13 +184,12 @@ def policy_spec_from_row(row: NamespacePolicy) -> PolicySpec:
 
 
 def _resource_defaults(row: Preset | NamespacePolicy) -> ResourceDefaults:
-    """The CPU/memory defaults a preset or policy row sets (blank fields set nothing)."""
-    return ResourceDefaults(
-        cpu_request=row.cpu_request or None,
-        cpu_limit=row.cpu_limit or None,
-        memory_request=row.memory_request or None,
-        memory_limit=row.memory_limit or None,
-    )
+    """The CPU/memory defaults a preset or policy row sets (blank fields and `none` set nothing)."""
+    return ResourceDefaults(**{name: _quantity_or_none(getattr(row, name)) for name in RESOURCE_FIELDS})
+
+
+def _quantity_or_none(value: str) -> str | None:
+    return None if not value or value.strip().lower() == NO_DEFAULT else value
 
 
 def gpu_model_spec_from_row(row: GpuModel) -> GpuModelSpec:

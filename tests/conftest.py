@@ -24,21 +24,39 @@ def audit_spool_dir(tmp_path, settings):
     return tmp_path / "audit-spool"
 
 
+# The API server may cut a warning at 256 characters (and asks for 120 where it can).
+WARNING_MAX_CHARS = 256
+
+
 @pytest.fixture
-def post_review(client, request):
+def post_review(client, request, monkeypatch):
     """POST an AdmissionReview body to /mutate and return the HTTP response.
 
     The audit row is spooled by the request and written by a background thread in production;
     here it is written right after the answer (audit_flush, in the test's transaction), so tests
     see the row as soon as the response is back.
+
+    Every warning the webhook gives (before the response's own safety cut) must be under
+    WARNING_MAX_CHARS: every Pod the test suite sends checks it.
     """
     from mutations.audit import audit_flush
+    from mutations.engine import admission
+
+    answer = admission.review_response
+    too_long: list[str] = []
+
+    def review_response(*args, **kwargs):
+        too_long.extend(w for w in kwargs.get("warnings") or () if len(w) >= WARNING_MAX_CHARS)
+        return answer(*args, **kwargs)
+
+    monkeypatch.setattr(admission, "review_response", review_response)
 
     def post(body, content_type="application/json"):
         data = body if isinstance(body, (str, bytes)) else json.dumps(body)
         response = client.post("/mutate", data=data, content_type=content_type)
         if "django_db" in request.keywords or "db" in request.fixturenames:
             audit_flush(timeout_seconds=10)
+        assert not too_long, f"warnings of {WARNING_MAX_CHARS} characters or more: {too_long}"
         return response
 
     return post

@@ -7,7 +7,6 @@ import json
 import logging
 import time
 from datetime import UTC, date, timedelta
-from decimal import Decimal
 from functools import wraps
 from urllib.parse import urlencode
 
@@ -102,13 +101,13 @@ def overview(request):
                                              title=f"Admissions per {per} by decision"),
         memory_by={key: _memory_series(key=key, data=data, per=per) for key in ("namespace", "preset")},
         top_namespaces=[{**n, "width": n["n"] / top_count * 100, "problem_width": n["problems"] / top_count * 100,
-                         "ok_width": (n["n"] - n["problems"]) / top_count * 100, "gib": gib(n["mib"])}
+                         "ok_width": (n["n"] - n["problems"]) / top_count * 100}
                         for n in data.top_namespaces],
-        top_presets=[{**p, "width": p["n"] / top_preset * 100, "gib": gib(p["mib"])}
+        top_presets=[{**p, "width": p["n"] / top_preset * 100}
                      for p in data.top_presets],
         conversions=data.totals.get(Decision.MUTATED.value, 0),
         problems=sum(data.totals.get(d, 0) for d in selectors.PROBLEM_DECISIONS),
-        granted_gib=gib(sum(data.memory_mib)),
+        granted_mib=sum(data.memory_mib),
         per=per,
         would_deny=would_deny, would_deny_more=would_deny > rehearsal.COUNT_LIMIT,
         would_apply=max(0, data.totals.get(Decision.AUDIT_ONLY.value, 0) - would_deny),
@@ -149,7 +148,7 @@ def _memory_series(*, key: str, data: Overview, per: str) -> dict:
         members = [name] if name != OTHER_SERIES else ranked[SERIES_SHOWN:]
         legend.append({"name": name, "key": key, "other": name == OTHER_SERIES,
                        "colour": charts.SERIES_COLOURS[min(position, len(charts.SERIES_COLOURS) - 1)],
-                       "gib": gib(sum(totals[m][0] for m in members)), "pods": sum(totals[m][1] for m in members)})
+                       "mib": sum(totals[m][0] for m in members), "pods": sum(totals[m][1] for m in members)})
     title = f"vGPU memory granted per {per} by {key}"
     return {"chart": charts.series_bars(buckets=data.buckets, values=values, names=names, pods=pods,
                                         bucket=data.bucket, title=title, unit="GiB"),
@@ -240,7 +239,7 @@ def rehearsal_view(request):
                                   size=REHEARSAL_ROWS).rows if namespace else []
     return render(request, "dashboard/rehearsal.html", page_context(
         request, namespace=namespace, rehearsal=found, latest=latest, days=rehearsal.REHEARSAL_DAYS,
-        would_grant_gib=gib(found.would_grant_mib) if found else 0,
+        would_grant_mib=found.would_grant_mib if found else 0,
         namespaces=configuration_names()["namespaces"]))
 
 
@@ -327,11 +326,6 @@ def _cut_note(*, limit: int, last: AdmissionAudit | None, filters: dict[str, str
 
 def _urlencode(filters: dict[str, str]) -> str:
     return urlencode(filters)
-
-
-def gib(mib: int | Decimal | None) -> float:
-    """MiB as GiB, for people."""
-    return round(float(mib or 0) / 1024, 1)
 
 
 def _annotations_set(patch: list) -> dict[str, str]:

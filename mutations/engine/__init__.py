@@ -38,6 +38,7 @@ from .specs import (
     is_namespace_pattern,
     select_policy,
 )
+from .units import gib_text, mib_text
 from .unknown_models import UnknownEstimate, unknown_model_estimate
 
 __all__ = [
@@ -47,8 +48,9 @@ __all__ = [
     "PodVerdict", "PolicySpec",
     "PresetSpec",
     "QuantityError", "ResourceDefaults", "SchedulerScope", "ServingCommand", "UnknownEstimate", "UnknownModel",
-    "catalog_mark", "catalog_need", "estimate_model_vram_mib", "format_quantity", "is_namespace_pattern", "make_patch",
-    "model_key", "mutate_pod", "pod_gpus_requested", "pod_verdict", "serving_command_read", "serving_size",
+    "catalog_mark", "catalog_need", "estimate_model_vram_mib", "format_quantity", "gib_text", "is_namespace_pattern",
+    "make_patch", "mib_text", "model_key", "mutate_pod", "pod_gpus_requested", "pod_verdict", "serving_command_read",
+    "serving_size",
     "parse_quantity", "parse_review", "pod_from_inputs", "pod_inputs", "review_response", "select_policy",
     "unknown_model_estimate",
 ]

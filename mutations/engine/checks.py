@@ -12,6 +12,7 @@ from .denial import Denial
 from .pod import CONTAINER_LISTS, Container, resource_map
 from .quantity import QuantityError, parse_quantity
 from .specs import VGPU_CORES, VGPU_MEMORY, VGPU_NUMBER, JsonObject, PolicySpec
+from .words import count_of
 
 # More containers than any real Pod has; a bound on what one admission walks, patches and audits.
 MAX_CONTAINERS_PER_POD = 100
@@ -194,8 +195,8 @@ def policy_limit_violations(*, gpu_containers: list[Container], policy: PolicySp
             f"spec.containers[*].resources.limits[{VGPU_NUMBER}]",
             f"the Pod asks for {total} vGPUs; namespace policy {policy.namespace!r} allows at most "
             f"{cap} per Pod", rule="policy.max_vgpus_per_pod", policy=policy.namespace,
-            fix=f"ask for at most {cap} GPU(s) in the Pod (nvidia.com/gpu, all containers together), or split "
-                "the work across Pods",
+            fix=f"ask for at most {count_of(cap, 'GPU')} in the Pod (nvidia.com/gpu, all containers together), "
+                "or split the work across Pods",
         ))
     return found
 

@@ -45,6 +45,7 @@ from .serving import LLAMA_CPP, VLLM, Launch, ServingCommand, container_launch_r
 from .serving_memo import container_gpus, serving_memo_key
 from .specs import GPU_RESOURCE, GpuModelSpec, JsonObject, UnknownModel
 from .unknown_models import HOW_TO_ADD, UnknownEstimate, unknown_model_estimate
+from .words import count_of
 
 # Name suffixes of quantized checkpoints -> weight type (DTYPE_BYTES), longest first.
 _NAME_QUANT = (
@@ -211,7 +212,8 @@ def _size_unread(container: Container, launch: Launch, lws: ServingGroup | None,
         width = gpus * (group.size if group else 1)
         command = ServingCommand(engine=VLLM, model=model, tensor_parallel=width)
         return _size(container, command, gpus, language_models, card, sequences, warnings, pod=pod, group=group,
-                     assumed=f"tensor parallel over the {'group' if group else 'Pod'}'s {width} GPU(s) assumed")
+                     assumed=(f"tensor parallel over the {'group' if group else 'Pod'}'s "
+                              f"{count_of(width, 'GPU')} assumed"))
     why = unread_reason(launch, group, leader, container, pod)
     return _unknown(container, why, pod, warnings)
 
@@ -270,8 +272,6 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel, group, estimate),
                      rule="gpu.card_memory")
     source = f"serving command: {served} ({how})"
-    where = f", {group.size}-Pod group" if group else ""
-    warnings.append(f"{who}: {served} ({how}, {parallel} GPU(s){where}): {need.breakdown()}")
     if model is not None and need.context_dominates:
         warnings.append(_long_context_note(who, model, knobs, need))
     explanation = _explanation(command, model, need, how)
@@ -304,11 +304,11 @@ def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, mo
     if model is not None and not knobs.kv_cache_memory_bytes:
         context = largest_context_fitting(model, knobs, card.memory_mib)
         if context is not None:
-            fixes.append(f"--max-model-len {context} fits on {parallel} GPU(s)")
+            fixes.append(f"--max-model-len {context} fits on {count_of(parallel, 'GPU')}")
     if estimate is not None and not knobs.kv_cache_memory_bytes:
         context = largest_context_fitting(estimate.spec, knobs, card.memory_mib)
         if context is not None and context < estimate.context:
-            fixes.append(f"--max-model-len {context} fits on {parallel} GPU(s) by the estimate")
+            fixes.append(f"--max-model-len {context} fits on {count_of(parallel, 'GPU')} by the estimate")
     if not fixes:
         fixes.append("a quantized checkpoint (AWQ, GPTQ, FP8) or more GPUs")
     if estimate is not None:
@@ -352,5 +352,6 @@ def _explanation(command: ServingCommand, model: LanguageModelSpec | None, need:
         "overhead_mib": round(need.overhead_mib),
         "memory_fraction": need.fraction,
         "per_card_mib": need.per_card_mib,
+        "breakdown": need.breakdown(),  # the whole sum, in words: the warning gives only the result
         "source_url": model.source_url if model is not None else None,
     }

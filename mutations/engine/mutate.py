@@ -57,6 +57,7 @@ from .specs import (
     PodVerdict,
     SchedulerScope,
 )
+from .words import count_of, serving_brief, source_brief
 
 _Fallback = TypeVar("_Fallback", bound="int | None")
 
@@ -196,7 +197,7 @@ class _Mutation:
         # differs from the original then, and only otherwise is the whole Pod compared.
         if self.grants:
             total = sum(g.vgpu_number for g in self.grants)
-            reason = f"converted {total} GPU(s) to vGPUs ({source})"
+            reason = f"converted {count_of(total, 'GPU')} to vGPUs ({source})"
         elif self.pod == self.original:
             reason = "already converted" if has_vgpu(self.original) else "no GPU request"
             return answer(Decision.UNCHANGED, self.original, reason)
@@ -247,10 +248,15 @@ class _Mutation:
         )
         if not self.admit:
             return
+        # One warning per conversion, the result first and short (kubectl shows 120 characters well, and the API
+        # server may cut at 256); the whole sizing stays in the grant (audit row, detail page).
         cores_text = f", {granted_cores}% cores" if granted_cores is not None else ""
+        asked = count.normalize()
+        share = f" for {GPU_RESOURCE}: {format(asked, 'f')}" if asked != number else ""
+        serving = sizing.serving_explanation if container.name == sizing.serving_container else None
+        why = serving_brief(serving) if serving else source_brief(sizing.source)
         self.warnings.append(
-            f"container {container.name!r}: {GPU_RESOURCE}: {format(count.normalize(), 'f')} became "
-            f"{number} vGPU(s) of {granted_memory} MiB{cores_text} ({sizing.source})"
+            f"{container.name}: {count_of(number, 'vGPU')} of {granted_memory:,} MiB{cores_text}{share} ({why})"
         )
 
     def _gpu_count(self, container: Container, limits: JsonObject, requests: JsonObject) -> Decimal:
@@ -285,7 +291,7 @@ class _Mutation:
             raise Denial(
                 field,
                 f"container {container.name!r}: {GPU_RESOURCE}: {format(count.normalize(), 'f')} is neither whole "
-                "nor below 1; use a whole number of GPUs, or a fraction such as 500m for part of one card",
+                "nor below 1; accepted: a whole number of GPUs, or a fraction such as 500m for part of one card",
                 rule="gpu.fraction", fix=f"set {GPU_RESOURCE} to a whole number, or a fraction below 1 such as 500m",
             )
         card = sizing.gpu_model
@@ -294,8 +300,7 @@ class _Mutation:
             raise Denial(
                 field,
                 f"container {container.name!r}: a fractional {GPU_RESOURCE} ({format(count.normalize(), 'f')}) "
-                f"needs a known GPU model to size it: set {ANN_GPU_TYPE} to one of: {known}, "
-                "or use a preset with a GPU model",
+                f"needs a known GPU model to size it; accepted GPU models: {known}",
                 rule="gpu.fraction", fix=f"set {ANN_GPU_TYPE} to one of: {known}, or use a preset with a GPU model",
             )
         memory_mib = max(1, int(card.memory_mib * count))

@@ -34,6 +34,7 @@ from .specs import (
     NodePoolSpec,
     PolicySpec,
 )
+from .words import with_article
 
 # Engines that take their whole memory budget at start: on an oversubscribed card part of it is host memory.
 PREALLOCATING_ENGINES = {VLLM: "vLLM", SGLANG: "SGLang", TGI: "TGI", KSERVE: "vLLM (KServe)"}
@@ -314,13 +315,13 @@ def _oversubscription(request: _Request, need: int, roomiest: NodePoolSpec, poli
         return [Denial(
             f"{request.container.path}.resources.limits[{VGPU_MEMORY}]",
             f"container {request.container.name!r} runs {engine}, which takes its whole slice at start: {need:,} MiB a "
-            f"card is more than a {_card(roomiest)} has ({real:,} MiB); the pool registers "
+            f"card is more than {with_article(_card(roomiest))} has ({real:,} MiB); the pool registers "
             f"{roomiest.memory_scaling:g}x its memory and the rest is host memory, far too slow for it; ask for at "
             f"most {real:,} MiB per vGPU",
             rule="cluster.oversubscribed", policy=policy.namespace,
             fix=f"ask for at most {real:,} MiB per vGPU, or ask your cluster operator to allow oversubscribed "
                 f"serving in namespace policy {policy.namespace!r}",
         )]
-    warnings.append(f"{need:,} MiB a vGPU is more than a {_card(roomiest)} has ({real:,} MiB): the rest lives in "
-                    "host memory (oversubscribed pool)")
+    warnings.append(f"{need:,} MiB a vGPU is more than {with_article(_card(roomiest))} has ({real:,} MiB): the rest "
+                    "lives in host memory (oversubscribed pool)")
     return []

@@ -34,6 +34,7 @@ from .inference import serving_size
 from .model_source import ServingPod
 from .pod import Container
 from .specs import Catalog, GpuModelSpec, GroupLeader, JsonObject, PolicySpec, PresetSpec, ResourceDefaults
+from .words import count_of, with_article
 
 # Bytes per parameter by weight dtype (the GPUStack estimate: README, "Sizing GPU memory for a model").
 DTYPE_BYTES = {
@@ -138,16 +139,15 @@ class _Decider:
             raise Denial(
                 f"metadata.annotations[{ANN_PRESET}]",
                 "no vGPU memory could be decided: no preset is configured for this namespace and the Pod sets "
-                f"none of {ANN_VGPU_MEMORY}, {ANN_VGPU_MEMORY_PERCENTAGE}, {ANN_PRESET}, {ANN_MODEL_SIZE}; "
-                "ask your cluster operator to set a default preset",
+                f"none of {ANN_VGPU_MEMORY}, {ANN_VGPU_MEMORY_PERCENTAGE}, {ANN_PRESET}, {ANN_MODEL_SIZE}",
                 rule="policy.default_preset", policy=self.policy.namespace,
                 fix=f"set {ANN_PRESET} or {ANN_VGPU_MEMORY}, or ask your cluster operator to set a default preset",
             )
         if card is not None and memory_mib > card.memory_mib:
             raise Denial(
                 f"metadata.annotations[{ANN_VGPU_MEMORY}]",
-                f"{source}: vGPU memory {memory_mib} MiB is more than a {card.name} card has ({card.memory_mib} MiB); "
-                f"ask for at most {card.memory_mib} MiB per vGPU, or more vGPUs",
+                f"{source}: vGPU memory {memory_mib} MiB is more than {with_article(card.name)} card has "
+                f"({card.memory_mib} MiB); accepted: at most {card.memory_mib} MiB per vGPU",
                 rule="gpu.card_memory",
                 fix=f"ask for at most {card.memory_mib} MiB per vGPU ({ANN_VGPU_MEMORY}), or for more GPUs with "
                     "less memory each",
@@ -221,7 +221,8 @@ class _Decider:
                     ratio = (estimate_model_vram_mib(size_b, per_param, gpus)
                              / estimate_model_vram_mib(size_b, per_param, best.model_size_gpus))
                     self.model_size_memory_mib = int(math.ceil(best.vgpu_memory_mib * ratio / 256) * 256)
-                    source += f" (preset {best.name} is sized for {best.model_size_gpus} GPU(s); per card for {gpus})"
+                    source += (f" (preset {best.name} is sized for {count_of(best.model_size_gpus, 'GPU')}; "
+                               f"per card for {gpus})")
                 return best, source
             self.model_size_b = size_b
             return None, f"model-size-estimate {size}"
@@ -293,8 +294,7 @@ class _Decider:
             raise Denial(
                 f"metadata.annotations[{ANN_MODEL_SIZE}]",
                 f"annotation {ANN_MODEL_SIZE}: a {self.model_size_b:g}B {dtype} model needs about {mib} MiB per card "
-                f"on {gpus} GPU(s), more than one {card.name} has ({card.memory_mib} MiB); {fix}, or a smaller "
-                f"weight type ({ANN_MODEL_DTYPE}: fp8 or int4)",
+                f"on {count_of(gpus, 'GPU')}, more than one {card.name} has ({card.memory_mib} MiB)",
                 rule="gpu.card_memory", fix=f"{fix}, or a smaller weight type ({ANN_MODEL_DTYPE}: fp8 or int4)",
             )
         return mib

@@ -14,6 +14,7 @@ Costs: README.md, "Impact before saving"; `scripts/bench-impact` measures them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -33,6 +34,7 @@ from django.utils import timezone
 
 from ..audit.admissions import AdmissionInputs, admission_inputs_count, admission_inputs_since, admission_names
 from ..engine import Catalog, Decision
+from ..engine.reads import CatalogComparison
 from .decide import Decider, Key, Outcome, Outcomes
 
 logger = logging.getLogger("volcano_injector.impact")
@@ -58,6 +60,8 @@ class ImpactReport:
     mib_before: dict[str, int] = field(default_factory=dict)  # by namespace
     mib_after: dict[str, int] = field(default_factory=dict)
     examples: list[dict] = field(default_factory=list)
+    # Namespaces whose CPU/memory defaults the draft changes (they are not grants: counted apart).
+    resources_changed: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     # Where the time went: fetch (reading rows), decode (decompressing columns), rebuild (Pods from inputs),
     # engine (its runs), report (the rest: counting, comparing, examples).
@@ -73,7 +77,8 @@ class ImpactReport:
                 "distinct_pods": self.distinct_pods, "changed": self.changed, "now_denied": self.now_denied,
                 "now_allowed": self.now_allowed,
                 "mib_before": sum(self.mib_before.values()), "mib_after": sum(self.mib_after.values()),
-                "namespaces": per_namespace, "examples": self.examples, "seconds": round(self.seconds, 3)}
+                "namespaces": per_namespace, "examples": self.examples, "resources_changed": self.resources_changed,
+                "seconds": round(self.seconds, 3)}
 
 
 def impact_count(*, days: int, limit: int) -> int:
@@ -104,6 +109,26 @@ def impact_replay(*, before: Catalog, after: Catalog, days: int = DEFAULT_DAYS, 
         if isinstance(step, ImpactReport):
             return step
     raise AssertionError("impact_replay_steps ends with its report")
+
+
+def _resources_changed(comparison: CatalogComparison, rows: list[AdmissionInputs],
+                       namespaces: dict[str, int]) -> list[dict[str, Any]]:
+    """The namespaces replayed whose CPU/memory defaults (their policy's, inherited ones resolved) the draft
+    changes, with what they were and will be and how many admissions they had: per namespace, not per row,
+    and a second pass over the rows only when one changes."""
+    found: list[dict[str, Any]] = []
+    for namespace in sorted(namespaces):
+        before, after = comparison.policies(namespace)
+        if before.resources != after.resources:
+            found.append({"namespace": namespace, "policy_before": before.namespace, "policy_after": after.namespace,
+                          "before": dataclasses.asdict(before.resources), "after": dataclasses.asdict(after.resources)})
+    if found:
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row.namespace] = counts.get(row.namespace, 0) + 1
+        for item in found:
+            item["admissions"] = counts.get(item["namespace"], 0)
+    return found
 
 
 def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_DAYS, limit: int = MAX_ADMISSIONS,
@@ -168,6 +193,7 @@ def impact_replay_steps(*, before: Catalog, after: Catalog, days: int = DEFAULT_
                 report.examples.append({"audit_id": row.id, "namespace": namespace, "pod": "",
                                         "before": was.as_dict(), "after": will.as_dict()})
     report.admissions = len(rows)
+    report.resources_changed = _resources_changed(decider.comparison, rows, mib_before)
     if report.examples:
         names = admission_names(ids=[example["audit_id"] for example in report.examples])
         for example in report.examples:

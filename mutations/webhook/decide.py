@@ -80,9 +80,26 @@ def admission_answer(preview: Preview) -> AdmissionAnswer:
             return AdmissionAnswer(Decision.DENIED, False, reason, "spec", (), [])
         return AdmissionAnswer(result.decision, True, result.reason, field, result.warnings, preview.patch)
     if result.decision is Decision.AUDIT_ONLY:
-        warning = f"namespace policy {result.policy!r} is audit-only, nothing was changed; {result.reason}"
-        return AdmissionAnswer(result.decision, True, result.reason, field, (warning,), [])
+        return AdmissionAnswer(result.decision, True, result.reason, field, (_audit_only_warning(result),), [])
     return AdmissionAnswer(result.decision, True, result.reason, field, (), [])
+
+
+# The API server may cut a warning at 256 characters: an audit-only one says the first rule, and the audit row
+# (the dashboard's rehearsal and detail pages) keeps the whole reason with every rule and fix.
+WARNING_MAX_CHARS = 255
+
+
+def _audit_only_warning(result: MutationResult) -> str:
+    """What enforce would have done, first: `audit-only (namespace policy 'lab-*'): would deny: <first rule>`."""
+    head = f"audit-only (namespace policy {result.policy!r}), nothing changed: "
+    explanation = getattr(result, "explanation", None) or {}
+    violations = explanation.get("violations") or []
+    if result.reason.startswith("would deny: ") and violations:
+        more = len(violations) - 1 + (explanation.get("more_violations") or 0)
+        text = head + "would deny: " + str(violations[0]["message"]) + (f" (and {more} more)" if more else "")
+    else:
+        text = head + result.reason
+    return text if len(text) <= WARNING_MAX_CHARS else text[:WARNING_MAX_CHARS - 1] + "…"
 
 
 def preview_answer(preview: Preview) -> JsonObject:

@@ -93,6 +93,8 @@ def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | 
     return response, preview, answer.decision, answer.reason, answer.field
 
 
+
+
 def _failure_response(uid: str) -> JsonObject:
     if settings.INJECTOR_FAILURE_POLICY == "Fail":
         return admission.review_response(

@@ -15,9 +15,10 @@ from django.urls import path, reverse
 from django.utils.http import urlencode
 
 from injector_site.platform.admin_permissions import ViewOnlyAdminMixin
-from mutations.engine import is_namespace_pattern
+from mutations.engine import is_namespace_pattern, mib_text
 from mutations.webhook.decide import pod_preview, preview_answer
 
+from ..catalog import namespace_policy_inherited
 from ..models import ApiToken, GpuModel, NamespacePolicy, NamespaceQuota, Preset
 from ..selectors import (
     gpu_model_list,
@@ -42,9 +43,7 @@ from .links import audit_links
 
 
 def _mib(value: int | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value} MiB ({value / 1024:.1f} GiB)" if value >= 1024 else f"{value} MiB"
+    return "-" if value is None else mib_text(value)
 
 
 if TYPE_CHECKING:
@@ -199,7 +198,7 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
     search_fields = ["namespace", "description"]
     ordering = ["namespace"]
     filter_horizontal = ["allowed_presets"]
-    readonly_fields = ["created_at", "updated_at", "audit"]
+    readonly_fields = ["created_at", "updated_at", "audit", "inherited"]
     actions = ["preview_pod_action"]
     change_list_template = "admin/profiles/namespacepolicy/change_list.html"
     change_form_template = "admin/profiles/change_form_impact.html"
@@ -226,12 +225,18 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
                            "16 GiB (see the README).",
         }),
         ("CPU and memory defaults for GPU containers",
-         {"fields": ["cpu_request", "cpu_limit", "memory_request", "memory_limit"]}),
+         {"fields": ["cpu_request", "cpu_limit", "memory_request", "memory_limit", "inherited"],
+          "description": "A blank field takes the global policy's (*) value; none sets no default."}),
         ("History", {"fields": ["created_at", "updated_at"], "classes": ["collapse"]}),
     ]
 
     def get_queryset(self, request):
         return namespace_policy_list()
+
+    @admin.display(description="inherited from the global policy (*)")
+    def inherited(self, obj: NamespacePolicy) -> str:
+        values = namespace_policy_inherited(policy=obj)
+        return ", ".join(f"{name} {value}" for name, value in values.items()) or "nothing"
 
     @admin.display(description="audit")
     def audit(self, obj: NamespacePolicy) -> str:

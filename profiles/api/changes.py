@@ -10,7 +10,8 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
-from ..changes import CHANGE_LOGGED
+from ..changes import CHANGE_LOGGED, change_reason
+from ..changes.context import REASON_MAX_CHARS
 from ..changes.selectors import change_list, changed_fields
 from ..models import ObjectChange
 from .permissions import ChangeLogPermission
@@ -24,7 +25,7 @@ class ObjectChangeSerializer(serializers.ModelSerializer):
     class Meta:
         model = ObjectChange
         fields = ["id", "time", "user_name", "through", "request_id", "action", "object_type", "object_id",
-                  "object_repr", "changed_fields", "prechange_data", "postchange_data"]
+                  "object_repr", "reason", "changed_fields", "prechange_data", "postchange_data"]
         read_only_fields = fields
 
     def get_changed_fields(self, change: ObjectChange) -> list[str]:
@@ -34,6 +35,8 @@ class ObjectChangeSerializer(serializers.ModelSerializer):
 class RestoreRequestSerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=[AFTER, BEFORE], default=AFTER, required=False,
                                     help_text="after: as the change left it (default); before: as before it (undo).")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=REASON_MAX_CHARS,
+                                   help_text="Why: kept on the change the restore makes.")
 
 
 class ObjectChangeFilter(django_filters.FilterSet):
@@ -86,7 +89,8 @@ class ObjectChangeViewSet(viewsets.ReadOnlyModelViewSet):
             raise PermissionDenied(f"restoring this change needs the permission {needed}")
         latest = ObjectChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
         try:
-            change_restore(change=change, which=form.validated_data["state"])
+            with change_reason(form.validated_data["reason"]):
+                change_restore(change=change, which=form.validated_data["state"])
         except NothingToRestore as exc:
             return Response({"detail": exc.message}, status=status.HTTP_400_BAD_REQUEST)
         except IntegrityError as exc:

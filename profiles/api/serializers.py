@@ -11,7 +11,9 @@ from rest_framework import serializers
 
 from mutations.engine import Mode, SchedulerScope, is_namespace_pattern
 
+from ..catalog import namespace_policy_inherited
 from ..models import GpuModel, NamespacePolicy, Preset
+from ..models.presets import MEMORY_AT_MOST
 from ..services import gpu_model_validate, namespace_policy_validate, preset_validate
 
 
@@ -96,6 +98,7 @@ class PresetSerializer(serializers.ModelSerializer):
             "created_at", "updated_at", "history",
         ]
         read_only_fields = ["created_at", "updated_at"]
+        extra_kwargs = {"vgpu_memory_mib": {"error_messages": {"max_value": MEMORY_AT_MOST}}}
 
     def get_history(self, instance) -> str | None:
         return _history_url(self, instance)
@@ -121,6 +124,9 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
         help_text="Preset names Pods may use here; empty allows every enabled preset.",
     )
     is_pattern = serializers.SerializerMethodField(help_text="Whether namespace is a pattern such as team-*.")
+    inherited = serializers.SerializerMethodField(
+        help_text="The CPU/memory defaults this policy takes from the global policy (*): its blank fields. A field "
+                  "set to none has no default.")
     history = ChangeHistoryField()
     # A list of names, checked one by one by namespace_policy_validate (the model stores JSON).
     allowed_queues = serializers.ListField(
@@ -133,15 +139,19 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
         fields = [
             "id", "namespace", "is_pattern", "description", "mode", "default_preset", "allowed_presets",
             "max_vgpus_per_pod", "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope",
-            "cpu_request", "cpu_limit", "memory_request", "memory_limit", "deny_privileged",
+            "cpu_request", "cpu_limit", "memory_request", "memory_limit", "inherited", "deny_privileged",
             "default_queue", "allowed_queues", "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number",
             "infer_from_serving", "kv_cache_sequences", "unknown_model", "allow_oversubscribed_serving", "created_at",
             "updated_at", "history",
         ]
         read_only_fields = ["created_at", "updated_at"]
+        extra_kwargs = {"max_vgpu_memory_mib": {"error_messages": {"max_value": MEMORY_AT_MOST}}}
 
     def get_history(self, instance) -> str | None:
         return _history_url(self, instance)
+
+    def get_inherited(self, instance) -> dict[str, str]:
+        return namespace_policy_inherited(policy=instance)
 
     def get_is_pattern(self, policy: NamespacePolicy) -> bool:
         return is_namespace_pattern(policy.namespace)

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from mutations.webhook.decide import pod_preview, preview_answer
 
+from ..changes import change_reason
 from ..selectors import gpu_model_list, namespace_policy_list, preset_list
 from ..services import (
     ConfigurationInUse,
@@ -92,10 +93,19 @@ class ConfigurationViewSet(viewsets.ModelViewSet):
         raise NotImplementedError
 
     def perform_create(self, serializer):
-        self.serializer_save(serializer, self.queryset.model())
+        with change_reason(self._reason()):
+            self.serializer_save(serializer, self.queryset.model())
 
     def perform_update(self, serializer):
-        self.serializer_save(serializer, serializer.instance)
+        with change_reason(self._reason()):
+            self.serializer_save(serializer, serializer.instance)
+
+    def _reason(self) -> str:
+        """The optional `reason` of a create, edit or delete (in the body, or ?reason= for a DELETE): kept on the
+        change it makes."""
+        data = self.request.data if hasattr(self.request.data, "get") else {}
+        value = data.get("reason") or self.request.query_params.get("reason") or ""
+        return value if isinstance(value, str) else ""
 
     def serializer_save(self, serializer, instance):
         """Save `instance` with the serializer's validated data through this kind's save service (create, edit,
@@ -113,7 +123,8 @@ class ConfigurationViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance):
         try:
-            self.remove(instance)
+            with change_reason(self._reason()):
+                self.remove(instance)
         except ConfigurationInUse as exc:
             raise serializers.ValidationError({"detail": exc.message}) from exc
         except ProtectedError as exc:  # a reference added since the service looked

@@ -5,9 +5,9 @@ Public names: `change_logged` (register a model), `change_context` (say through 
 profiles.api.restore.
 """
 
-from .context import SYSTEM_USER, change_actor_current, change_context, request_id_new
+from .context import SYSTEM_USER, change_actor_current, change_context, change_reason, request_id_new
 from .recorder import CHANGE_LOGGED, change_logged
 from .snapshot import name_field, object_snapshot
 
-__all__ = ["CHANGE_LOGGED", "SYSTEM_USER", "change_actor_current", "change_context", "change_logged", "name_field",
-           "object_snapshot", "request_id_new"]
+__all__ = ["CHANGE_LOGGED", "SYSTEM_USER", "change_actor_current", "change_context", "change_logged", "change_reason",
+           "name_field", "object_snapshot", "request_id_new"]

@@ -9,6 +9,7 @@ concurrent requests each see their own.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ class ChangeActor:
     request_id: str = ""
     request: Any = None
     user: Any = None
+    reason: str = ""
 
 
 _actor: contextvars.ContextVar[ChangeActor | None] = contextvars.ContextVar("configuration_change_actor",
@@ -46,6 +48,27 @@ def change_context(*, through: str, request_id: str = "", request: Any = None, u
         yield
     finally:
         _actor.reset(token)
+
+
+# The longest reason a change keeps (a paragraph; the rest is cut).
+REASON_MAX_CHARS = 2000
+
+
+@contextmanager
+def change_reason(reason: str | None) -> Iterator[None]:
+    """Changes made inside carry `reason` (why, as their author gave it), through whatever they are made."""
+    current = _actor.get() or ChangeActor(through="system")
+    token = _actor.set(dataclasses.replace(current, reason=(reason or "").strip()[:REASON_MAX_CHARS]))
+    try:
+        yield
+    finally:
+        _actor.reset(token)
+
+
+def change_reason_current() -> str:
+    """The reason given for a change made now ("" for none)."""
+    actor = _actor.get()
+    return actor.reason if actor is not None else ""
 
 
 def change_actor_current() -> tuple[Any, str, str, str]:

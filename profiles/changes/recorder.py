@@ -22,7 +22,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_de
 from django.utils import timezone
 
 from ..models import ConfigVersion, ObjectChange
-from .context import change_actor_current
+from .context import change_actor_current, change_reason_current
 from .snapshot import object_name, object_snapshot
 
 # object_type (a model's model_name) -> the model, for every change-logged model.
@@ -76,7 +76,7 @@ def _write(model: type[models.Model], pk: Any, action: str, before: dict | None,
         time=timezone.now(), user=user, user_name=user_name, through=through, request_id=request_id,
         action=action, object_type=_type(model), object_id=pk,
         object_repr=object_name(model, after if after is not None else before, pk),
-        prechange_data=before, postchange_data=after,
+        prechange_data=before, postchange_data=after, reason=change_reason_current(),
     )
     ConfigVersion.objects.using(using).filter(pk=1).update(version=change.pk)
     return change.pk

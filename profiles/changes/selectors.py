@@ -108,9 +108,11 @@ def change_state(change: ObjectChange) -> dict[str, Any] | None:
 
 def configuration_at(*, version: int, objects: list[tuple[str, str]]) -> list[ObjectAtVersion]:
     """Each (object_type, name) as it was at `version`: its last change at or below it and its first change
-    after, read in one statement (a UNION of one-row reads; a detail page asks for the preset and the policy)."""
+    after, read in one statement (a UNION of one-row reads; a detail page asks for the preset and the policy).
+    Version 0 is the configuration as the migrations seeded it: no change at or below it, the first change after
+    it holds the seeded state as its before."""
     wanted = [(object_type, name) for object_type, name in objects if name]
-    if version <= 0 or not wanted:
+    if version < 0 or not wanted:
         return [ObjectAtVersion(object_type=t, name=n, change=None, changed_since=None) for t, n in wanted]
     # Raw SQL: the ORM compiling four sliced querysets into a UNION cost more than running it
     # (docs/benchmarks.md).

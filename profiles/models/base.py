@@ -10,6 +10,13 @@ quantity_validator = RegexValidator(
     r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$",
     "Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi.",
 )
+# A namespace policy's CPU/memory default: a quantity, blank to inherit the global policy's, or `none` for no
+# default even where the global policy has one.
+policy_quantity_validator = RegexValidator(
+    r"^(none|[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$",
+    "Enter a Kubernetes quantity such as 500m, 2, 8Gi or 16384Mi, none for no default, or leave it blank to "
+    "inherit the global policy's.",
+)
 # An exact namespace (DNS-1123 label) or a shell-style pattern such as team-* or *.
 namespace_pattern_validator = RegexValidator(
     r"^[a-z0-9*?\[\]-]([-a-z0-9*?\[\]]{0,251}[a-z0-9*?\[\]])?$",
@@ -25,8 +32,8 @@ kube_name_validator = RegexValidator(
 
 
 class TimestampedModel(models.Model):
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(verbose_name="created", auto_now_add=True)
+    updated_at = models.DateTimeField(verbose_name="last changed", auto_now=True)
 
     class Meta:
         abstract = True

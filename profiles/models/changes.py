@@ -27,20 +27,27 @@ class ObjectChange(models.Model):
         SHELL = "shell"
         SYSTEM = "system"
 
-    time = models.DateTimeField()
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+    time = models.DateTimeField(verbose_name="time")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name="user", null=True, blank=True, on_delete=models.SET_NULL,
                              related_name="+")
-    user_name = models.CharField(max_length=150, help_text="The user (or the API token's user), or system.")
-    through = models.CharField(max_length=16, choices=Through.choices)
-    request_id = models.CharField(max_length=64, blank=True,
+    user_name = models.CharField(
+        verbose_name="user name", max_length=150, help_text="The user (or the API token's user), or system.")
+    through = models.CharField(verbose_name="made through", max_length=16, choices=Through.choices)
+    request_id = models.CharField(verbose_name="request id", max_length=64, blank=True,
                                   help_text="The HTTP request (X-Request-Id) or command run that made the change.")
-    action = models.CharField(max_length=16, choices=Action.choices)
-    object_type = models.CharField(max_length=64, help_text="The model, e.g. preset, gpumodel, namespacepolicy.")
-    object_id = models.BigIntegerField()
-    object_repr = models.CharField(max_length=253, help_text="The object's name (a policy's namespace) after the "
+    action = models.CharField(verbose_name="action", max_length=16, choices=Action.choices)
+    object_type = models.CharField(
+        verbose_name="object type", max_length=64, help_text="The model, e.g. preset, gpumodel, namespacepolicy.")
+    object_id = models.BigIntegerField(verbose_name="object id")
+    object_repr = models.CharField(
+        verbose_name="object", max_length=253, help_text="The object's name (a policy's namespace) after the "
                                                              "change, before it for a delete.")
-    prechange_data = models.JSONField(null=True, blank=True)
-    postchange_data = models.JSONField(null=True, blank=True)
+    reason = models.TextField(verbose_name="reason", blank=True, default="",
+                              help_text="Why the change was made, as its author gave it (a restore from the admin "
+                                        "needs one; the admin's and the API's other changes may give one).")
+    prechange_data = models.JSONField(verbose_name="before", null=True, blank=True)
+    postchange_data = models.JSONField(verbose_name="after", null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]

@@ -10,15 +10,17 @@ from .base import TimestampedModel
 class GpuModel(TimestampedModel):
     """A card type in the cluster."""
 
-    name = models.CharField(max_length=64, unique=True, help_text="For example A100-80GB.")
+    name = models.CharField(verbose_name="name", max_length=64, unique=True, help_text="For example A100-80GB.")
     memory_mib = models.PositiveIntegerField(
+        verbose_name="memory (MiB)",
         validators=[MinValueValidator(1)], help_text="Memory of one card in MiB (an 80 GB card has 81920)."
     )
     match = models.CharField(
+        verbose_name="device name match",
         max_length=64,
         help_text="The substring Volcano matches against the card name in nvidia.com/use-gputype, e.g. A100.",
     )
-    description = models.TextField(blank=True)
+    description = models.TextField(verbose_name="description", blank=True)
     # Kept in step with the cluster by manage.py sync_gpu_inventory (profiles.inventory.store).
     in_cluster = models.BooleanField(
         default=False, help_text="A node of the cluster has this card (the last good GPU inventory); a model no "

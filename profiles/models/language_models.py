@@ -12,40 +12,56 @@ WEIGHT_DTYPES = ["bf16", "fp16", "fp32", "fp8", "mxfp4", "int8", "awq", "gptq-in
 class LanguageModel(TimestampedModel):
     """An open model the webhook sizes Pods for: the architecture numbers from its published config.json."""
 
-    name = models.CharField(max_length=128, unique=True, help_text="For example Qwen2.5-7B-Instruct.")
+    name = models.CharField(
+        verbose_name="name", max_length=128, unique=True, help_text="For example Qwen2.5-7B-Instruct.")
     identifiers = models.JSONField(
+        verbose_name="identifiers",
         default=list, blank=True,
         help_text="Other names that mean this model: Hugging Face ids (Qwen/Qwen2.5-7B-Instruct), served names, "
                   "GGUF file stems. Matched without the organisation, case, -Instruct/-it/-chat and quantization "
                   "suffixes (-AWQ, -GPTQ-Int4, -FP8, Q4_K_M).",
     )
-    params_b = models.DecimalField(max_digits=9, decimal_places=3,
+    params_b = models.DecimalField(verbose_name="parameters (billions)", max_digits=9, decimal_places=3,
                                    help_text="Parameters, in billions (every expert's, for mixture-of-experts).")
-    active_params_b = models.DecimalField(max_digits=9, decimal_places=3, null=True, blank=True,
+    active_params_b = models.DecimalField(
+        verbose_name="active parameters per token (billions)", max_digits=9, decimal_places=3, null=True, blank=True,
                                           help_text="Parameters used per token, for mixture-of-experts models.")
-    layers = models.PositiveIntegerField(help_text="num_hidden_layers")
-    kv_heads = models.PositiveIntegerField(help_text="num_key_value_heads (num_attention_heads without GQA)")
-    head_dim = models.PositiveIntegerField(help_text="head_dim, or hidden_size / num_attention_heads")
-    hidden_size = models.PositiveIntegerField(help_text="hidden_size")
-    vocab_size = models.PositiveIntegerField(help_text="vocab_size")
-    max_context = models.PositiveIntegerField(help_text="max_position_embeddings: vLLM's default max-model-len.")
-    dtype = models.CharField(max_length=24, choices=[(d, d) for d in WEIGHT_DTYPES], default="bf16",
+    layers = models.PositiveIntegerField(verbose_name="layers", help_text="num_hidden_layers")
+    kv_heads = models.PositiveIntegerField(
+        verbose_name="KV heads", help_text="num_key_value_heads (num_attention_heads without GQA)")
+    head_dim = models.PositiveIntegerField(
+        verbose_name="head dimension", help_text="head_dim, or hidden_size / num_attention_heads")
+    hidden_size = models.PositiveIntegerField(verbose_name="hidden size", help_text="hidden_size")
+    vocab_size = models.PositiveIntegerField(verbose_name="vocabulary size", help_text="vocab_size")
+    max_context = models.PositiveIntegerField(
+        verbose_name="native context (tokens)", help_text="max_position_embeddings: vLLM's default max-model-len.")
+    dtype = models.CharField(
+        verbose_name="weight type", max_length=24, choices=[(d, d) for d in WEIGHT_DTYPES], default="bf16",
                              help_text="The weights' type as published (torch_dtype, or the quantization).")
-    tied_embeddings = models.BooleanField(default=False, help_text="tie_word_embeddings")
+    tied_embeddings = models.BooleanField(
+        verbose_name="tied embeddings", default=False, help_text="tie_word_embeddings")
     sliding_window = models.PositiveIntegerField(
+        verbose_name="sliding window (tokens)",
         null=True, blank=True, help_text="sliding_window, for models whose some layers attend to a window only.")
     sliding_window_layers = models.PositiveIntegerField(
+        verbose_name="layers with a sliding window",
         default=0, help_text="How many layers use the sliding window (Gemma 3: 5 of every 6).")
-    attention_heads = models.PositiveIntegerField(null=True, blank=True, help_text="num_attention_heads")
-    chunked_attention_size = models.PositiveIntegerField(null=True, blank=True, help_text="attention_chunk_size "
-                                                         "(Llama 4: layers attending within chunks).")
-    chunked_attention_layers = models.PositiveIntegerField(default=0, help_text="Layers with chunked attention.")
-    kv_shared_layers = models.PositiveIntegerField(default=0, help_text="num_kv_shared_layers: layers reusing "
-                                                   "another layer's KV cache (Gemma 3n).")
-    vision_params_b = models.DecimalField(max_digits=9, decimal_places=3, default=0, help_text="The vision tower's "
-                                          "parameters in billions (part of params_b; kept 16-bit when quantized).")
-    source_url = models.URLField(max_length=300, help_text="Where the numbers come from (the model's config.json).")
-    description = models.TextField(blank=True)
+    attention_heads = models.PositiveIntegerField(verbose_name="attention heads", null=True, blank=True,
+                                                  help_text="num_attention_heads")
+    chunked_attention_size = models.PositiveIntegerField(
+        verbose_name="chunked attention size (tokens)", null=True, blank=True,
+        help_text="attention_chunk_size (Llama 4: layers attending within chunks).")
+    chunked_attention_layers = models.PositiveIntegerField(verbose_name="layers with chunked attention", default=0,
+                                                           help_text="Layers with chunked attention.")
+    kv_shared_layers = models.PositiveIntegerField(
+        verbose_name="layers sharing KV", default=0,
+        help_text="num_kv_shared_layers: layers reusing another layer's KV cache (Gemma 3n).")
+    vision_params_b = models.DecimalField(
+        verbose_name="vision tower parameters (billions)", max_digits=9, decimal_places=3, default=0,
+        help_text="The vision tower's parameters in billions (part of params_b; kept 16-bit when quantized).")
+    source_url = models.URLField(
+        verbose_name="source URL", max_length=300, help_text="Where the numbers come from (the model's config.json).")
+    description = models.TextField(verbose_name="description", blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -5,64 +5,86 @@ from django.db import models
 from django.db.models import Q
 
 from mutations.engine import Mode, SchedulerScope, UnknownModel
+from mutations.engine.annotations import MAX_VGPU_MEMORY_MIB
 
-from .base import TimestampedModel, kube_name_validator, namespace_pattern_validator, quantity_validator
-from .presets import Preset
+from .base import TimestampedModel, kube_name_validator, namespace_pattern_validator, policy_quantity_validator
+from .presets import MEMORY_AT_MOST, Preset
+
+INHERITS = "Blank: the global policy's (*) value; none: no default here."
 
 
 class NamespacePolicy(TimestampedModel):
     """How the Pods of one namespace, or of namespaces matching a pattern, are treated."""
 
     namespace = models.CharField(
+        verbose_name="namespace",
         max_length=253, unique=True, validators=[namespace_pattern_validator],
         help_text="An exact namespace, or a pattern such as team-* "
                   "(exact beats pattern, longer pattern beats shorter).",
     )
-    description = models.TextField(blank=True)
+    description = models.TextField(verbose_name="description", blank=True)
     mode = models.CharField(
+        verbose_name="mode",
         max_length=16, choices=[(m.value, m.value) for m in Mode], default=Mode.ENFORCE.value,
         help_text="enforce: patch Pods; audit-only: record what would change, patch nothing; off: leave Pods alone.",
     )
     default_preset = models.ForeignKey(
-        Preset, null=True, blank=True, on_delete=models.PROTECT, related_name="default_for_policies"
+        Preset, verbose_name="default preset", null=True, blank=True, on_delete=models.PROTECT,
+        related_name="default_for_policies",
     )
     allowed_presets = models.ManyToManyField(
-        Preset, blank=True, related_name="allowed_in_policies", help_text="Empty allows every enabled preset."
+        Preset, verbose_name="allowed presets", blank=True, related_name="allowed_in_policies",
+        help_text="Empty allows every enabled preset.",
     )
-    max_vgpus_per_pod = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
-    max_vgpu_memory_mib = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
-    scheduler_name = models.CharField(max_length=63, default="volcano", blank=True)
+    max_vgpus_per_pod = models.PositiveIntegerField(
+        verbose_name="most vGPUs per Pod", null=True, blank=True, validators=[MinValueValidator(1)])
+    max_vgpu_memory_mib = models.PositiveIntegerField(
+        verbose_name="most memory per vGPU (MiB)", null=True, blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_VGPU_MEMORY_MIB, message=MEMORY_AT_MOST)])
+    scheduler_name = models.CharField(verbose_name="scheduler name", max_length=63, default="volcano", blank=True)
     scheduler_scope = models.CharField(
+        verbose_name="scheduler scope",
         max_length=16, choices=[(s.value, s.value) for s in SchedulerScope], default=SchedulerScope.GPU_PODS.value,
         help_text="Whether the scheduler name is set on GPU Pods only or on every Pod.",
     )
-    cpu_request = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
-    cpu_limit = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
-    memory_request = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
-    memory_limit = models.CharField(max_length=32, blank=True, validators=[quantity_validator])
+    # Blank inherits the global policy's value (profiles.catalog), `none` sets no default.
+    cpu_request = models.CharField(verbose_name="CPU request", max_length=32, blank=True,
+                                   validators=[policy_quantity_validator], help_text=INHERITS)
+    cpu_limit = models.CharField(verbose_name="CPU limit", max_length=32, blank=True,
+                                 validators=[policy_quantity_validator], help_text=INHERITS)
+    memory_request = models.CharField(verbose_name="memory request", max_length=32, blank=True,
+                                      validators=[policy_quantity_validator], help_text=INHERITS)
+    memory_limit = models.CharField(verbose_name="memory limit", max_length=32, blank=True,
+                                    validators=[policy_quantity_validator], help_text=INHERITS)
     deny_privileged = models.BooleanField(
+        verbose_name="deny privileged GPU Pods",
         default=True, help_text="Deny GPU Pods with privileged containers (they escape vGPU isolation)."
     )
     default_queue = models.CharField(
+        verbose_name="default Volcano queue",
         max_length=253, blank=True, validators=[kube_name_validator],
         help_text="Volcano queue set (scheduling.volcano.sh/queue-name) on Pods Volcano schedules that name none.",
     )
     # A JSON list of queue names (works on PostgreSQL and SQLite alike); profiles.services.validation checks each.
     allowed_queues = models.JSONField(
+        verbose_name="allowed Volcano queues",
         default=list, blank=True,
         help_text="Volcano queues Pods here may name; empty allows any. The default queue must be one of them.",
     )
     priority_class = models.CharField(
+        verbose_name="PriorityClass",
         max_length=253, blank=True, validators=[kube_name_validator],
         help_text="PriorityClass set on the Pods this policy reaches when they name none (a preset's class beats "
                   "it). It must exist in the cluster: the API server refuses Pods naming a missing class.",
     )
     budget_vgpu_memory_gib = models.PositiveIntegerField(
+        verbose_name="budget: vGPU memory (GiB)",
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="vGPU memory budget per namespace, in GiB: a ResourceQuota on requests.volcano.sh/vgpu-memory "
                   "written by manage.py sync_quotas. Empty: no memory budget.",
     )
     budget_vgpu_number = models.PositiveIntegerField(
+        verbose_name="budget: vGPUs",
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="vGPU count budget per namespace: a ResourceQuota on requests.volcano.sh/vgpu-number written by "
                   "manage.py sync_quotas. Empty: no count budget.",
@@ -72,11 +94,13 @@ class NamespacePolicy(TimestampedModel):
                                  "larger than the card's physical memory on an oversubscribed node pool "
                                  "(devicememoryscaling > 1; the rest is host memory). Off: such Pods are denied.")
     infer_from_serving = models.BooleanField(
+        verbose_name="size from the serving command",
         default=True,
         help_text="Size GPU Pods that name no size from their serving command (vLLM, SGLang, TGI, llama.cpp, "
                   "KServe): the model catalog, tensor parallelism and the context length. Off: the default preset.",
     )
     kv_cache_sequences = models.PositiveSmallIntegerField(
+        verbose_name="KV cache sequences",
         default=1, validators=[MinValueValidator(1), MaxValueValidator(256)],
         help_text="Full-length sequences the KV cache is sized for when sizing from the serving command (1: the "
                   "least the server starts with; more grants room for concurrent long requests).",
@@ -93,6 +117,11 @@ class NamespacePolicy(TimestampedModel):
         ordering = ["namespace"]
         verbose_name_plural = "namespace policies"
         constraints = [
+            models.CheckConstraint(
+                condition=Q(max_vgpu_memory_mib__isnull=True) | Q(max_vgpu_memory_mib__lte=MAX_VGPU_MEMORY_MIB),
+                name="%(app_label)s_%(class)s_memory_at_most",
+                violation_error_message=f"The most memory per vGPU is at most {MAX_VGPU_MEMORY_MIB:,} MiB.",
+            ),
             models.CheckConstraint(
                 condition=Q(budget_vgpu_memory_gib__isnull=True) | Q(budget_vgpu_memory_gib__gt=0),
                 name="%(app_label)s_%(class)s_budget_memory_positive",
@@ -131,15 +160,23 @@ class NamespaceQuota(models.Model):
     status when the command listed it, so it is as old as the last run (the CronJob's interval).
     """
 
-    namespace = models.CharField(max_length=253, unique=True)
-    policy_namespace = models.CharField(max_length=253,
+    namespace = models.CharField(verbose_name="namespace", max_length=253, unique=True)
+    policy_namespace = models.CharField(verbose_name="policy (namespace pattern)", max_length=253,
                                         help_text="The policy (namespace or pattern) whose budget it is.")
-    hard = models.JSONField(default=dict, help_text="spec.hard as sync_quotas wants it (resource -> quantity).")
-    status_hard = models.JSONField(default=dict, help_text="status.hard as last read from the cluster.")
-    status_used = models.JSONField(default=dict, help_text="status.used as last read from the cluster.")
-    action = models.CharField(max_length=16, help_text="What the last run did: created, updated, unchanged, failed.")
-    message = models.TextField(blank=True)
-    synced_at = models.DateTimeField()
+    hard = models.JSONField(
+        verbose_name="quota wanted (spec.hard)", default=dict,
+        help_text="spec.hard as sync_quotas wants it (resource -> quantity).")
+    status_hard = models.JSONField(
+        verbose_name="quota in the cluster (status.hard)", default=dict,
+        help_text="status.hard as last read from the cluster.")
+    status_used = models.JSONField(
+        verbose_name="used in the cluster (status.used)", default=dict,
+        help_text="status.used as last read from the cluster.")
+    action = models.CharField(
+        verbose_name="last action", max_length=16,
+        help_text="What the last run did: created, updated, unchanged, failed.")
+    message = models.TextField(verbose_name="message", blank=True)
+    synced_at = models.DateTimeField(verbose_name="synced")
 
     class Meta:
         ordering = ["namespace"]

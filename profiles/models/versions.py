@@ -7,8 +7,8 @@ class ConfigVersion(models.Model):
     """One row whose number goes up on every configuration change: replicas compare it to their cache."""
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
-    version = models.BigIntegerField(default=0)
-    changed_at = models.DateTimeField(auto_now=True)
+    version = models.BigIntegerField(verbose_name="configuration version", default=0)
+    changed_at = models.DateTimeField(verbose_name="last changed", auto_now=True)
 
     def __str__(self) -> str:
         return f"configuration version {self.version}"

@@ -18,6 +18,7 @@ from mutations.engine import Catalog
 
 from ..catalog import (
     catalog_current,
+    global_resources,
     gpu_model_spec_from_row,
     language_model_index,
     policy_spec_from_row,
@@ -133,11 +134,18 @@ def draft_catalog(*, draft: Draft, catalog: Catalog | None = None) -> Catalog:
             rows = sorted([*rows, row], key=lambda r: r.name)
         language_models = language_model_index(rows)
     else:
-        if stored is not None:
-            policies = [p for p in policies if p.namespace != stored.namespace]
+        # Every policy again from its row: the others' blank CPU/memory fields inherit the global policy's, which
+        # the draft may be.
+        policy_rows: list[NamespacePolicy] = [
+            r for r in NamespacePolicy.objects.select_related("default_preset").prefetch_related("allowed_presets")
+            if stored is None or r.pk != stored.pk]
         if not draft.delete:
-            allowed = frozenset(p.name for p in draft.allowed_presets or ())
-            policies.append(dataclasses.replace(policy_spec_from_row(row), allowed_presets=allowed))
+            policy_rows.append(row)
+        inherited = global_resources(policy_rows)
+        allowed = frozenset(p.name for p in draft.allowed_presets or ())
+        policies = [policy_spec_from_row(r, inherited=inherited) if r is not row else
+                    dataclasses.replace(policy_spec_from_row(r, inherited=inherited), allowed_presets=allowed)
+                    for r in policy_rows]
     # The node pools as the cluster has them (a draft GPU model's own declared pool is not rebuilt here).
     return Catalog(presets=presets, gpu_models=gpu_models, policies=tuple(policies), default_preset=default,
                    version=-1, language_models=language_models, node_pools=catalog.node_pools,

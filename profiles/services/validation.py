@@ -14,7 +14,8 @@ from decimal import Decimal
 
 from django.db.models import Q
 
-from mutations.engine import Mode, QuantityError, SchedulerScope, parse_quantity
+from mutations.engine import Mode, QuantityError, SchedulerScope, mib_text, parse_quantity
+from mutations.engine.annotations import MAX_VGPU_MEMORY_MIB
 
 from ..models import KUBE_NAME_PATTERN, GpuModel, NamespacePolicy, Preset
 
@@ -80,7 +81,9 @@ def _ranges_overlap(a: tuple[Decimal | None, Decimal | None], b: tuple[Decimal |
 def _quantity_order_problems(owner: Preset | NamespacePolicy, label: str) -> dict[str, list[str]]:
     problems: dict[str, list[str]] = {}
     for resource in ("cpu", "memory"):
-        request, limit = getattr(owner, f"{resource}_request"), getattr(owner, f"{resource}_limit")
+        # `none` (a policy's explicit "no default") is no quantity to compare.
+        request, limit = (value if value != "none" else "" for value in (
+            getattr(owner, f"{resource}_request"), getattr(owner, f"{resource}_limit")))
         for field, value in ((f"{resource}_request", request), (f"{resource}_limit", limit)):
             if value:
                 try:
@@ -96,6 +99,23 @@ def _quantity_order_problems(owner: Preset | NamespacePolicy, label: str) -> dic
                     f"whose request is above its limit: lower the request or raise the limit."
                 )
     return problems
+
+
+def memory_bound_problem(value: int | None, *, what: str) -> str | None:
+    """Why `value` MiB per vGPU is more than any card can give (the largest known GPU model, and at most
+    MAX_VGPU_MEMORY_MIB whatever the cards); None when it is not."""
+    if value is None or value <= 0:
+        return None
+    largest = GpuModel.objects.order_by("-memory_mib", "name").only("name", "memory_mib").first()
+    if value > MAX_VGPU_MEMORY_MIB:
+        return (f"{what} of {mib_text(value, with_gib=False)} is more than any GPU has: at most "
+                f"{mib_text(MAX_VGPU_MEMORY_MIB)}" + (f" (the largest known GPU model, {largest.name}, has "
+                                                      f"{mib_text(largest.memory_mib)})." if largest else "."))
+    if largest is not None and value > largest.memory_mib:
+        return (f"{what} of {mib_text(value, with_gib=False)} is more than the largest known GPU model, "
+                f"{largest.name}, has ({mib_text(largest.memory_mib)}): every Pod given it would be refused by the "
+                "scheduler. Lower it, or add the larger GPU model first.")
+    return None
 
 
 def preset_validate(*, preset: Preset) -> dict[str, list[str]]:
@@ -122,6 +142,8 @@ def preset_validate(*, preset: Preset) -> dict[str, list[str]]:
     if card is not None and preset.vgpu_memory_mib and preset.vgpu_memory_mib > card.memory_mib:
         add("vgpu_memory_mib", f"{preset.vgpu_memory_mib} MiB is more than one {card.name} card has "
                                f"({card.memory_mib} MiB): lower it or choose a larger GPU model.")
+    elif (bound := memory_bound_problem(preset.vgpu_memory_mib, what="Memory per vGPU")) is not None:
+        add("vgpu_memory_mib", bound)
     if preset.is_default and not preset.enabled:
         add("enabled", "The default preset must be enabled: enable it, or make another preset the default first.")
     stored = Preset.objects.filter(pk=preset.pk).only("is_default", "enabled").first() if preset.pk else None
@@ -209,6 +231,9 @@ def namespace_policy_validate(*, policy: NamespacePolicy, allowed_presets: list[
         value = getattr(policy, field)
         if value is not None and value < 1:
             add(field, "Must be at least 1; leave it empty for no limit.")
+    bound = memory_bound_problem(policy.max_vgpu_memory_mib, what="The most memory per vGPU")
+    if bound:
+        add("max_vgpu_memory_mib", bound)
     for field, unit in (("budget_vgpu_memory_gib", "1 GiB"), ("budget_vgpu_number", "1 vGPU")):
         value = getattr(policy, field)
         if value is not None and value < 1:

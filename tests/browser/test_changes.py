@@ -66,6 +66,15 @@ def test_edit_see_the_impact_save_find_the_change_and_restore_the_old_version(op
     page.wait_for_url(f"{live_server.url}/admin/profiles/objectchange/?object_type=preset&object_id={preset_id}")
     page.locator("#result_list tbody tr a").first.click()
     page.click("#restore-before")
+    # First what the restore would change and its impact, nothing applied yet; then the reason, then the restore.
+    page.wait_for_url("**/restore/?state=before")
+    assert str(seeded) in page.locator("table.restore-diff tr.changed").inner_text()
+    assert "would be decided differently" in page.locator(".restore-impact").inner_text()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.screenshot(path=str(ARTIFACTS / "restore-confirm.png"), full_page=True)
+    assert Preset.objects.get(pk=preset_id).vgpu_memory_mib == seeded + 8192
+    page.fill("#id_reason", "the larger grant starved team-b")
+    page.click("#restore-confirm")
     page.wait_for_url(f"{live_server.url}/admin/profiles/preset/{preset_id}/change/")
     assert "restored to the version before change" in page.locator(".messagelist").inner_text()
     assert page.locator("#id_vgpu_memory_mib").input_value() == str(seeded)

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from PIL import Image
 
 from mutations.models import AdmissionAudit
-from profiles.models import NamespacePolicy, Preset
+from profiles.models import GpuModel, LanguageModel, NamespacePolicy, ObjectChange, Preset
 from tests.support import pods
 
 from .conftest import ARTIFACTS
@@ -174,3 +174,87 @@ def test_the_dashboard_follows_the_system_dark_mode(admissions, live_server, bro
     assert background == "rgb(18, 24, 32)"
     page.goto(f"{live_server.url}/dashboard/admissions/{admissions['denied'].id}/")
     check_page(page, "detail-denied-dark", 1440)
+
+
+def page_overflow(page) -> list[str]:
+    """What sticks out of the viewport sideways (empty when nothing does), with the page's own width first."""
+    return page.evaluate("""(() => {
+        const wide = document.documentElement.scrollWidth > window.innerWidth
+            ? [`page ${document.documentElement.scrollWidth} px`] : [];
+        return wide.concat([...document.querySelectorAll('body *')].filter(e => {
+            const box = e.getBoundingClientRect();
+            return box.width > 0 && box.right > window.innerWidth + 1 && !e.closest('.table-scroll, .results');
+        }).slice(0, 5).map(e => e.tagName + '.' + e.className + '#' + e.id));
+    })()""")
+
+
+@pytest.mark.parametrize("viewport", VIEWPORTS)
+def test_history_shows_its_key_columns_without_scrolling_and_labels_every_value_on_a_phone(
+        admissions, live_server, browser_page, viewport):
+    width, height = viewport
+    page = browser_page(width, height)
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}/dashboard/history/")
+    assert page_overflow(page) == []
+    scroll = page.evaluate("(e => [e.scrollWidth, e.clientWidth])(document.querySelector('.table-scroll'))")
+    assert scroll[0] <= scroll[1], f"the history table is {scroll[0]} px in a {scroll[1]} px box at {width} px"
+    row = page.locator(f"table.history tr:has(a[href='{admissions['converted'].get_absolute_url()}'])")
+    for cell in ("Time (UTC)", "Decision", "Pod", "vGPUs × memory"):
+        assert visible_in_viewport(row.locator(f"td[data-label='{cell}']"), width), cell
+    assert "1 ×" in row.locator("td[data-label='vGPUs × memory']").inner_text()
+    details = row.locator("td.details-cell")
+    assert not details.locator("dl").is_visible()
+    details.locator("summary").click()
+    assert "ReplicaSet/" in details.locator("dl").inner_text()
+    assert page_overflow(page) == []
+    if width < 700:  # a card: each value beside its label
+        labels = row.locator("td[data-label]").evaluate_all(
+            "cells => cells.map(c => getComputedStyle(c, '::before').content)")
+        assert labels[:4] == ['"Time (UTC)"', '"Decision"', '"Namespace"', '"Pod"']
+    else:
+        assert row.locator("td[data-label='Reason']").bounding_box()["width"] >= 200
+
+
+@pytest.mark.parametrize("viewport", VIEWPORTS)
+def test_admin_change_forms_and_the_model_list_fit_the_screen(admissions, django_user_model, live_server,
+                                                             browser_page, viewport):
+    django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
+    width, height = viewport
+    page = browser_page(width, height)
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", "root")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/")
+    model = LanguageModel.objects.order_by("name").first()
+    for name, path in [
+        ("preset", f"/admin/profiles/preset/{Preset.objects.get(name='llm-7b').pk}/change/"),
+        ("policy", f"/admin/profiles/namespacepolicy/{NamespacePolicy.objects.get(namespace='team-*').pk}/change/"),
+        ("gpu-model", f"/admin/profiles/gpumodel/{GpuModel.objects.order_by('name').first().pk}/change/"),
+        ("language-model", f"/admin/profiles/languagemodel/{model.pk}/change/"),
+        ("preset-add", "/admin/profiles/preset/add/"),
+    ]:
+        page.goto(f"{live_server.url}{path}")
+        assert page_overflow(page) == [], f"{name} at {width} px"
+        page.screenshot(path=ARTIFACTS / f"layout-admin-{name}-{width}.png", full_page=True)
+    # The restore's confirmation: what it changes, its impact, the reason.
+    preset = Preset.objects.get(name="llm-7b")
+    preset.vgpu_memory_mib += 1024
+    preset.save()
+    change = ObjectChange.objects.latest("id")
+    page.goto(f"{live_server.url}/admin/profiles/objectchange/{change.pk}/restore/?state=before")
+    assert page.locator("table.restore-diff tr.changed").count() == 1 and page.locator("#id_reason").is_visible()
+    assert page_overflow(page) == [], f"restore at {width} px"
+    page.screenshot(path=ARTIFACTS / f"layout-admin-restore-{width}.png", full_page=True)
+    page.goto(f"{live_server.url}/admin/profiles/languagemodel/")
+    assert page_overflow(page) == []
+    page.screenshot(path=ARTIFACTS / f"layout-admin-model-list-{width}.png", full_page=True)
+    header = page.locator("#result_list th.column-context")
+    cell = page.locator("#result_list td.field-context").first
+    # the context column is whole: its header and values are not cut (no ellipsis, nothing clipped)
+    whole = "e => e.scrollWidth <= e.clientWidth"
+    assert cell.evaluate(whole) and header.evaluate(whole)
+    assert f"{model.max_context:,}" in cell.inner_text()
+    if width >= 1440:  # every column on screen, none behind the list's own scrolling
+        results = page.evaluate("(e => [e.scrollWidth, e.clientWidth])(document.querySelector('.results'))")
+        assert results[0] <= results[1], f"the model list is {results[0]} px in a {results[1]} px box"

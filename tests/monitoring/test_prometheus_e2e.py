@@ -141,7 +141,8 @@ def webhook_database():
 
 @pytest.fixture(scope="module")
 def stack(webhook_database, tmp_path_factory):
-    """The webhook under gunicorn (HTTPS), a recorded unconverted-Pod scan, and Prometheus scraping both targets."""
+    """The webhook under gunicorn (HTTPS), a recorded unconverted-Pod scan and GPU inventory sync, and Prometheus
+    scraping both targets."""
     work = tmp_path_factory.mktemp("monitoring-e2e")
     certs = make_dev_certs(work / "certs")
     webhook = GunicornProcess(log_path=work / "gunicorn.log", env={
@@ -171,6 +172,16 @@ def stack(webhook_database, tmp_path_factory):
         .on("GET", "/api/v1/pods", "pods-all-namespaces-page-1")
         .on("GET", "/api/v1/pods", "pods-all-namespaces-page-2", query={"continue": continue_token}))
     subprocess.run([str(VENV_BIN / "python"), "manage.py", "find_unconverted_pods",
+                    "--kubeconfig", str(replay.kubeconfig(work))], cwd=REPO, check=True, timeout=120,
+                   capture_output=True,
+                   env={**os.environ, "DATABASE_URL": webhook_database, "INJECTOR_DEV_MODE": "true"})
+    # A GPU inventory sync too, so its gauges (the stale-inventory alert's) are scraped.
+    nodes_continue = fixture("nodes-gpu-page-1")["metadata"]["continue"]
+    (replay.on("GET", "/api/v1/nodes", "nodes-gpu-page-1")
+        .on("GET", "/api/v1/nodes", "nodes-gpu-page-2", query={"continue": nodes_continue})
+        .on("GET", "/api/v1/namespaces/kube-system/configmaps/volcano-vgpu-node-config",
+            "configmap-volcano-vgpu-node-config"))
+    subprocess.run([str(VENV_BIN / "python"), "manage.py", "sync_gpu_inventory",
                     "--kubeconfig", str(replay.kubeconfig(work))], cwd=REPO, check=True, timeout=120,
                    capture_output=True,
                    env={**os.environ, "DATABASE_URL": webhook_database, "INJECTOR_DEV_MODE": "true"})

@@ -40,3 +40,12 @@ def test_admin_cannot_delete_or_add_rows(admin_client, row):
                              {"action": "delete_selected", "_selected_action": [row.id], "post": "yes"}
                              ).status_code in (200, 302)
     assert AdmissionAudit.objects.filter(pk=row.pk).exists()
+
+
+def test_admin_labels_each_audit_field_in_words_with_its_unit(admin_client, row):
+    page = admin_client.get(f"/admin/mutations/admissionaudit/{row.id}/change/").content.decode()
+    for label in ("GPUs asked for", "Granted vGPUs", "Granted vGPU memory in all (MiB)", "Configuration version",
+                  "Time taken (ms)", "Memory decided by"):
+        assert f"<label>{label}:</label>" in page, label
+    for raw in ("Vgpu memory mib", "Gpus requested", "Duration ms", "Config version"):
+        assert raw not in page

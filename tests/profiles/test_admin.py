@@ -77,7 +77,7 @@ def test_operator_sees_each_list(staff_client, url):
 def test_preset_list_shows_memory_range_and_used_by_counts(staff_client):
     response = staff_client.get("/admin/profiles/preset/")
     html = response.content.decode()
-    assert "23552 MiB (23.0 GiB)" in html  # llm-7b
+    assert "23,552 MiB (23 GiB)" in html  # llm-7b, in the one memory format of every page
     assert "over 3B up to 8B" in html
     assert "default in policies" in html.lower() and "allowed in policies" in html.lower()
     default = next(p for p in response.context["cl"].result_list if p.name == "default")
@@ -278,3 +278,30 @@ def test_a_right_password_before_the_limit_logs_in_and_resets_the_count(client, 
         client.post("/admin/login/", {"username": "target", "password": "guess"})
     response = client.post("/admin/login/", {"username": "target", "password": "the-right-password"})
     assert response.status_code == 302 and client.get("/admin/").status_code == 200
+
+
+@pytest.mark.parametrize(("url", "labels"), [
+    ("/admin/profiles/preset/add/", ["Memory per vGPU (MiB):", "Cores per vGPU (%):",
+                                     "Smallest model size (billions of parameters):",
+                                     "Largest model size (billions of parameters):", "GPU model:", "CPU request:"]),
+    ("/admin/profiles/namespacepolicy/add/", ["Most vGPUs per Pod:", "Most memory per vGPU (MiB):",
+                                              "Budget: vGPU memory (GiB):", "Default Volcano queue:"]),
+    ("/admin/profiles/gpumodel/add/", ["Memory (MiB):"]),
+    ("/admin/profiles/languagemodel/add/", ["Parameters (billions):", "KV heads:", "Native context (tokens):"]),
+])
+def test_admin_forms_label_each_field_in_words_with_its_unit(staff_client, url, labels):
+    page = staff_client.get(url).content.decode()
+    for label in labels:
+        assert f">{label}</label>" in page, label
+    for raw in ("Vgpu memory mib", "Min model size b", "Max vgpu memory mib", "Kv heads", "Params b"):
+        assert raw not in page
+
+
+@pytest.mark.parametrize("mib", [str(10**12), str(200 * 1024)], ids=["10^12", "above-every-card"])
+def test_preset_and_policy_memory_above_every_known_card_is_refused_on_the_field(staff_client, mib):
+    response = staff_client.post("/admin/profiles/preset/add/", preset_form(vgpu_memory_mib=mib))
+    assert "vgpu_memory_mib" in form_errors(response)
+    assert not Preset.objects.filter(name="custom").exists()
+    response = staff_client.post("/admin/profiles/namespacepolicy/add/", policy_form(max_vgpu_memory_mib=mib))
+    assert "max_vgpu_memory_mib" in form_errors(response)
+    assert not NamespacePolicy.objects.filter(namespace="team-a").exists()

@@ -433,3 +433,28 @@ def test_a_card_name_substring_or_scheduler_name_with_a_zero_width_character_is_
 def test_names_in_other_scripts_are_accepted(operator_api):
     response = operator_api.post(GPU_MODELS, {"name": "昇腾-910B", "memory_mib": 65536, "match": "910B"}, format="json")
     assert response.status_code == 201, response.json()
+
+
+# --- memory bounded by the largest known card, and a sane maximum ---------------------------------------
+@pytest.mark.parametrize("mib", [10**12, 2**20 + 1, 200 * 1024], ids=["10^12", "above-1-TiB", "above-every-card"])
+def test_preset_memory_above_every_known_card_is_a_400_naming_the_field(operator_api, mib):
+    largest = GpuModel.objects.order_by("-memory_mib").first()
+    response = operator_api.post(PRESETS, new_preset(vgpu_memory_mib=mib), format="json")
+    assert response.status_code == 400
+    messages = " ".join(response.json()["vgpu_memory_mib"])
+    assert f"{largest.memory_mib:,} MiB" in messages or "At most 1,048,576 MiB" in messages, messages
+    assert not Preset.objects.filter(name="custom").exists()
+
+
+@pytest.mark.parametrize("mib", [10**12, 2**20 + 1, 200 * 1024], ids=["10^12", "above-1-TiB", "above-every-card"])
+def test_policy_memory_cap_above_every_known_card_is_a_400_naming_the_field(operator_api, mib):
+    response = operator_api.post(POLICIES, {"namespace": "team-a", "max_vgpu_memory_mib": mib}, format="json")
+    assert response.status_code == 400
+    assert "max_vgpu_memory_mib" in response.json(), response.json()
+    assert not NamespacePolicy.objects.filter(namespace="team-a").exists()
+
+
+def test_preset_memory_up_to_the_largest_known_card_is_saved(operator_api):
+    largest = GpuModel.objects.order_by("-memory_mib").first()
+    response = operator_api.post(PRESETS, new_preset(vgpu_memory_mib=largest.memory_mib), format="json")
+    assert response.status_code == 201, response.json()

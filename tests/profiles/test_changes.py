@@ -12,6 +12,7 @@ from profiles.catalog import catalog_current
 from profiles.models import ConfigVersion, GpuModel, NamespacePolicy, ObjectChange, Preset
 from profiles.services import api_token_issue
 from tests.profiles.test_admin import preset_form
+from tests.support import pods
 
 pytestmark = pytest.mark.django_db
 
@@ -279,10 +280,12 @@ def test_restore_through_the_admin_is_logged_as_the_admin(staff_client, operator
     _patch(operator_api, preset, vgpu_cores_percent=60)
     page = staff_client.get(f"/admin/profiles/objectchange/{first.pk}/change/")
     assert page.status_code == 200 and b"Restore this version" in page.content
-    response = staff_client.post(f"/admin/profiles/objectchange/{first.pk}/restore/")
+    response = staff_client.post(f"/admin/profiles/objectchange/{first.pk}/restore/",
+                                 {"reason": "60% starved the other Pods"})
     assert response.status_code == 302 and response["Location"] == f"/admin/profiles/preset/{preset.pk}/change/"
     assert Preset.objects.get(pk=preset.pk).vgpu_cores_percent == 30
-    assert ObjectChange.objects.latest("id").through == "admin"
+    made = ObjectChange.objects.latest("id")
+    assert (made.through, made.reason) == ("admin", "60% starved the other Pods")
 
 
 def test_a_refused_restore_in_the_admin_says_why(staff_client, operator_api):
@@ -291,7 +294,8 @@ def test_a_refused_restore_in_the_admin_says_why(staff_client, operator_api):
     pinned = _patch(operator_api, preset, gpu_model="TestCard", vgpu_memory_mib=8192)
     _patch(operator_api, preset, gpu_model=None)
     operator_api.delete(f"/api/v1/gpu-models/{card.pk}/")
-    response = staff_client.post(f"/admin/profiles/objectchange/{pinned.pk}/restore/", follow=True)
+    response = staff_client.post(f"/admin/profiles/objectchange/{pinned.pk}/restore/", {"reason": "undo"},
+                                 follow=True)
     assert b"Not restored: gpu_model: Object with name=TestCard does not exist." in response.content
 
 
@@ -323,3 +327,53 @@ def test_restore_judges_the_whole_version_not_only_the_fields_that_differ_from_t
     assert ObjectChange.objects.count() == before
     assert Preset.objects.get(pk=preset.pk).vgpu_memory_mib == memory + 1024
 
+
+
+def test_restore_in_the_admin_first_shows_what_it_changes_and_its_impact_and_changes_nothing(
+        staff_client, operator_api, post_review):
+    preset = Preset.objects.get(name="llm-7b")
+    first = _patch(operator_api, preset, vgpu_memory_mib=20480)
+    _patch(operator_api, preset, vgpu_memory_mib=24576)
+    post_review(pods.review(pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "llm-7b"})))
+    count = ObjectChange.objects.count()
+    page = staff_client.get(f"/admin/profiles/objectchange/{first.pk}/restore/").content.decode()
+    assert '<tr class="changed"><th>vgpu_memory_mib</th><td>24576</td><td>20480</td></tr>' in page
+    assert "Replayed 1 admission of the last 7 days" in page
+    assert "<strong>1 would be decided differently</strong>" in page
+    assert 'name="reason"' in page and "required" in page
+    assert ObjectChange.objects.count() == count and Preset.objects.get(pk=preset.pk).vgpu_memory_mib == 24576
+
+
+def test_restore_in_the_admin_without_a_reason_asks_for_one_and_changes_nothing(staff_client, operator_api):
+    preset = Preset.objects.get(name="llm-7b")
+    first = _patch(operator_api, preset, vgpu_cores_percent=30)
+    _patch(operator_api, preset, vgpu_cores_percent=60)
+    count = ObjectChange.objects.count()
+    response = staff_client.post(f"/admin/profiles/objectchange/{first.pk}/restore/", {"reason": "  "})
+    assert response.status_code == 200 and b"Say why: the reason is kept on the change" in response.content
+    assert ObjectChange.objects.count() == count and Preset.objects.get(pk=preset.pk).vgpu_cores_percent == 60
+
+
+def test_changes_through_the_api_and_its_restore_keep_an_optional_reason(operator_api):
+    preset = Preset.objects.get(name="llm-7b")
+    response = operator_api.patch(f"/api/v1/presets/{preset.pk}/", {"vgpu_cores_percent": 40,
+                                                                     "reason": "fairer share"}, format="json")
+    assert response.status_code == 200
+    change = ObjectChange.objects.latest("id")
+    assert change.reason == "fairer share"
+    assert _patch(operator_api, preset, vgpu_cores_percent=45).reason == ""
+    restored = operator_api.post(f"{CHANGES}{change.pk}/restore/", {"reason": "back to 40"}, format="json")
+    assert restored.status_code == 200 and restored.json()["reason"] == "back to 40"
+    assert ObjectChange.objects.latest("id").reason == "back to 40"
+
+
+def test_an_admin_edit_keeps_its_optional_reason_on_the_change(staff_client):
+    preset = Preset.objects.get(name="llm-7b")
+    page = staff_client.get(f"/admin/profiles/preset/{preset.pk}/change/").content.decode()
+    assert 'name="change_reason"' in page
+    response = staff_client.post(f"/admin/profiles/preset/{preset.pk}/change/",
+                                 {**preset_admin_form(preset, vgpu_cores_percent="40"), "change_reason": "fairer"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert ObjectChange.objects.latest("id").reason == "fairer"
+    staff_client.post(f"/admin/profiles/preset/{preset.pk}/change/", preset_admin_form(preset, vgpu_cores_percent="45"))
+    assert ObjectChange.objects.latest("id").reason == ""

@@ -81,7 +81,7 @@ def test_operator_adds_a_model_and_the_next_pod_is_sized_from_it(operator_api, p
     patched = default_pod(apply_patch_v4(vllm_pod("acme/Acme-13B-Chat"), json.loads(base64.b64decode(body["patch"]))))
     assert patched["spec"]["containers"][0]["resources"]["limits"]["volcano.sh/vgpu-memory"] == \
         str(expected.per_card_mib)
-    assert any("catalog Acme-13B-Chat" in w for w in body["warnings"])
+    assert any("serving Acme-13B-Chat" in w for w in body["warnings"])
 
 
 @pytest.mark.parametrize("fields, field", [
@@ -130,7 +130,10 @@ def test_mutate_sizes_a_vllm_pod_from_the_seeded_catalog_and_audits_the_breakdow
     assert row.vgpu_memory_mib == 18176 and row.source.startswith("serving command: vllm serving")
     sizing = row.containers[0]["sizing"]
     assert (sizing["matched"], sizing["kv_tokens"], sizing["per_card_mib"]) == ("Qwen2.5-7B-Instruct", 8192, 18176)
-    assert any("weights 14,526 MiB (bf16) + KV cache 448 MiB (8,192 tokens)" in w for w in row.warnings)
+    # The breakdown stays whole in the audit row; the warning says the result first, short.
+    assert "weights 14,526 MiB (bf16) + KV cache 448 MiB (8,192 tokens)" in sizing["breakdown"]
+    assert any(w.startswith("vllm: 1 vGPU of 18,176 MiB (vllm serving Qwen2.5-7B-Instruct, 8k context)")
+               for w in row.warnings)
 
 
 def test_mutate_refuses_70b_on_one_80_gb_card_with_the_fix(post_review):
@@ -151,7 +154,7 @@ def test_preview_shows_the_breakdown(reader_api):
 def test_admin_lists_the_catalog_with_grants(staff_client):
     response = staff_client.get("/admin/profiles/languagemodel/")
     assert response.status_code == 200
-    assert b"Qwen2.5-7B-Instruct" in response.content and b"18,176 MiB" in response.content
+    assert b"Qwen2.5-7B-Instruct" in response.content and b"18,176 / " in response.content
 
 
 def test_admin_refuses_a_clashing_identifier(staff_client):

@@ -38,6 +38,15 @@
       out.appendChild(table(["namespace", "before", "after", "change"],
         changed.map((n) => [n.namespace, mib(n.mib_before), mib(n.mib_after), (n.mib_change > 0 ? "+" : "") + mib(n.mib_change)])));
     }
+    // CPU/memory defaults are not grants: the namespaces whose defaults change, and their admissions.
+    const defaults = report.resources_changed || [];
+    if (defaults.length) {
+      const said = (d) => Object.entries(d).map(([k, v]) => `${k} ${v === null ? "none" : v}`).join(", ");
+      out.appendChild(el("h3", "CPU and memory defaults that change", {id: "impact-resources"}));
+      out.appendChild(table(["namespace", "admissions", "before", "after"],
+        defaults.map((d) => [d.namespace, String(d.admissions), `${said(d.before)} (${d.policy_before})`,
+                             `${said(d.after)} (${d.policy_after})`])));
+    }
     if (report.examples.length) {
       out.appendChild(el("h3", "Examples"));
       const base = panel.dataset.admissionUrl.replace(/0\/$/, "");

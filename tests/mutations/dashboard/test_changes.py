@@ -5,7 +5,7 @@ from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
 from mutations.models import AdmissionAudit
-from profiles.models import ObjectChange, Preset
+from profiles.models import ConfigVersion, ObjectChange, Preset
 from tests.support import pods
 from tests.support.ui import page_of
 
@@ -95,4 +95,21 @@ def test_an_admission_before_any_change_shows_the_state_the_first_change_started
     later = edit_preset(api, "llm-7b", vgpu_memory_mib=seeded + 1024)
     panel = page_of(staff_client.get(f"/dashboard/admissions/{row.pk}/")).split("Configuration at version")[1]
     assert "As it was before" in panel and f'href="/dashboard/changes/{later.pk}/"' in panel
+    assert f"<dt>vgpu_memory_mib</dt><dd>{seeded}</dd>" in panel
+
+
+def test_the_seeded_configuration_is_version_0_and_an_admission_before_any_change_claims_no_change(
+        staff_client, api, post_review):
+    assert ConfigVersion.objects.get(pk=1).version == 0 and not ObjectChange.objects.exists()
+    pod = pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "llm-7b"})
+    post_review(pods.review(pod))
+    row = AdmissionAudit.objects.get()
+    assert row.config_version == 0
+    seeded = Preset.objects.get(name="llm-7b").vgpu_memory_mib
+    first = edit_preset(api, "llm-7b", vgpu_memory_mib=seeded + 1024)
+    assert first.pk > 0 and ConfigVersion.objects.get(pk=1).version == first.pk
+    panel = page_of(staff_client.get(f"/dashboard/admissions/{row.pk}/")).split("Configuration at version")[1]
+    assert panel.startswith(" 0 (as seeded)</h2>")
+    assert "As seeded. As it was before" in panel and f'href="/dashboard/changes/{first.pk}/"' in panel
+    assert f"change {first.pk}</a> left it" not in panel
     assert f"<dt>vgpu_memory_mib</dt><dd>{seeded}</dd>" in panel

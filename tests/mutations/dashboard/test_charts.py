@@ -30,7 +30,7 @@ def test_bar_heights_are_proportional_and_stacked_by_decision():
 
 def test_time_axis_labels_midnight_with_the_date_and_hours_with_the_time():
     svg = str(charts.stacked_bars(buckets=HOURS, counts=[{"mutated": 1}] * 24, bucket="hour", title="t"))
-    labels = re.findall(r'<text class="tick" x="[\d.]+" y="[\d.]+" text-anchor="middle">([^<]+)</text>', svg)
+    labels = re.findall(r'<text class="tick(?: minor)?" x="[\d.]+" y="[\d.]+" text-anchor="middle">([^<]+)</text>', svg)
     assert labels[0] == "Dec 1" and "12:00" in labels
 
 

@@ -38,7 +38,7 @@ def test_a_denied_model_size_is_explained_on_the_row_history_and_detail(staff_cl
     assert any("'llm-32b' serves this model size" in f for f in row.explanation["fixes"])
 
     history = page_of(staff_client.get("/dashboard/history/"))
-    assert re.search(r'<td class="reason-cell">[^<]*allows at most 49152 MiB per vGPU', history)
+    assert re.search(r'<td class="reason-cell"[^>]*>[^<]*allows at most 49152 MiB per vGPU', history)
 
     detail = page_of(staff_client.get(f"/dashboard/admissions/{row.id}/"))
     assert "What the Pod asked for" in detail and "<code>model-size 20B</code>" in detail
@@ -52,7 +52,7 @@ def test_the_policy_page_shows_its_settings_its_denials_and_links_back_to_each_r
     would = audit_row(decision="audit-only", policy_name="team-*", reason="would deny: the Pod asks for 3 vGPUs")
     other = audit_row(decision="denied", policy_name="*", reason="somewhere else")
     page = page_of(staff_client.get("/dashboard/policies/team-*/"))
-    assert "49152 MiB" in page and "llm-14b" in page  # its settings
+    assert "49,152 MiB (48 GiB)" in page and "llm-14b" in page  # its settings, in the pages' one number format
     assert f'href="/admin/profiles/namespacepolicy/{team_policy.pk}/change/"' in page
     assert f'href="{denial.get_absolute_url()}"' in page and f'href="{would.get_absolute_url()}"' in page
     assert f'href="{other.get_absolute_url()}"' not in page
@@ -63,7 +63,7 @@ def test_the_preset_page_lists_the_admissions_it_sized(staff_client):
     sized = audit_row(preset_name="llm-7b")
     other = audit_row(preset_name="default")
     page = page_of(staff_client.get("/dashboard/presets/llm-7b/"))
-    assert "23552 MiB" in page and f'href="{sized.get_absolute_url()}"' in page
+    assert "23,552 MiB (23 GiB)" in page and f'href="{sized.get_absolute_url()}"' in page
     assert f'href="{other.get_absolute_url()}"' not in page
     assert "No preset of this name" in page_of(staff_client.get("/dashboard/presets/gone/"))
 
@@ -103,7 +103,7 @@ def test_the_admin_preview_lists_every_violation_and_the_fixes(admin_client, tea
     explanation = re.search(r'<div id="pod-preview-explanation">(.*?)</div>', page, re.S).group(1)
     assert "2 rules broken" in explanation
     assert "remove securityContext.privileged from container 'ray-worker'" in explanation
-    assert "ask for at most 2 GPU(s) in the Pod" in explanation
+    assert "ask for at most 2 GPUs in the Pod" in explanation
 
 
 def test_the_denied_or_failed_card_links_to_exactly_what_it_counts(staff_client):
@@ -135,7 +135,7 @@ def test_the_rehearsal_page_says_what_enforce_would_do_in_a_namespace(staff_clie
     page = page_of(staff_client.get("/dashboard/rehearsal/?namespace=lab-a"))
     assert re.search(r'Would deny</div><div class="value">1<', page)
     assert re.search(r'Would apply</div><div class="value">1<', page)
-    assert re.search(r'vGPU memory it would grant</div><div class="value">2,?048 <small>GiB', page)
+    assert re.search(r'vGPU memory it would grant</div><div class="value">2,097,152 <small>MiB \(2,048 GiB\)', page)
     assert "spec.containers[*].resources.limits[x]" in page and "elsewhere" not in page
     assert 'href="/dashboard/policies/lab-*/"' in page
 

@@ -83,8 +83,9 @@ def test_memory_granted_is_drawn_per_hour_by_namespace_and_by_preset_with_the_po
     audit_row(created_at=now - timedelta(hours=2), namespace="ml-prod", decision="denied", vgpu_memory_mib=0)
     page = page_of(staff_client.get("/dashboard/?window=24h"))
     assert "vGPU memory granted per hour by namespace" in page and "vGPU memory granted per hour by preset" in page
-    assert re.search(r'namespace=team-a&decision=mutated">team-a</a> <span class="muted">48 GiB, 2 Pods</span>', page)
-    assert re.search(r'presets/default/">default</a> <span class="muted">16 GiB, 1 Pod</span>', page)
+    assert re.search(r'namespace=team-a&decision=mutated">team-a</a> '
+                     r'<span class="muted">49,152 MiB \(48 GiB\), 2 Pods</span>', page)
+    assert re.search(r'presets/default/">default</a> <span class="muted">16,384 MiB \(16 GiB\), 1 Pod</span>', page)
     assert re.search(r"UTC: team-a 48 GiB \(2 Pods converted\)</title>", page)
     assert page.count('<svg class="chart"') == 3
 

@@ -65,7 +65,7 @@ def test_overview_counts_decisions_and_highlights_denials(staff_client):
     page = page_of(staff_client.get("/dashboard/"))
     assert re.search(r"GPU Pods converted</div><div class=\"value\">3<", page)
     assert re.search(r"card alert.*Denied or failed</div><div class=\"value\">2<", page, re.S)
-    assert "48 GiB" in page.replace("48.0 GiB", "48 GiB"), "3 x 16 GiB granted"
+    assert re.search(r'vGPU memory granted</div><div class="value">49,152 <small>MiB \(48 GiB\)', page), "3 x 16 GiB"
     assert "'nope' is not a preset" in page and "internal error: RuntimeError: boom" in page
     assert page.count('<svg class="chart"') == 3  # admissions; memory by namespace and by preset
 
@@ -305,7 +305,7 @@ def test_detail_shows_how_the_serving_command_sized_the_grant(staff_client, post
     flush_audit()
     page = page_of(staff_client.get(f"/dashboard/admissions/{AdmissionAudit.objects.get().id}/"))
     assert "Sized from the serving command: vllm serving <code>Qwen/Qwen2.5-7B-Instruct</code>" in page
-    assert "KV cache 448 MiB (8192 tokens)" in page and "<strong>18176 MiB per card</strong>" in page
+    assert "KV cache 448 MiB (8,192 tokens)" in page and "<strong>18,176 MiB (17.8 GiB) per card</strong>" in page
     assert 'href="https://huggingface.co/Qwen/Qwen2.5-7B-Instruct/blob/main/config.json"' in page
 
 
@@ -322,11 +322,11 @@ def test_detail_of_a_missing_row_is_a_404(staff_client):
     assert staff_client.get("/dashboard/admissions/999999/").status_code == 404
 
 
-def test_detail_takes_one_query_for_the_row(staff_client, django_assert_num_queries):
-    row = audit_row()
-    with django_assert_num_queries(5):  # session, user, its permissions (2), the row
+def test_detail_takes_one_query_for_the_row_and_one_for_its_configuration(staff_client, django_assert_num_queries):
+    row = audit_row()  # version 0: the configuration as seeded, read from the first changes after it
+    with django_assert_num_queries(6):  # session, user, its permissions (2), the row, its configuration
         staff_client.get(row.get_absolute_url())
-    with django_assert_num_queries(6):  # without its day: and the list of day partitions, to find it from the id
+    with django_assert_num_queries(7):  # without its day: and the list of day partitions, to find it from the id
         staff_client.get(f"/dashboard/admissions/{row.id}/")
 
 
@@ -503,18 +503,26 @@ def test_history_row_shows_each_cell_as_written_escaped_with_links_to_preset_mod
     assert cells[2] == "team-&lt;x&gt;"
     assert cells[3].endswith(">&lt;i&gt;qwen&lt;/i&gt;</a>")
     assert cells[4] == "sized 1 vGPU (catalog Qwen2.5-7B-Instruct) &amp; more"
-    assert cells[5:7] == ["Job/batch-1", "alice@example.com"]
-    assert cells[7] == ('<a href="/dashboard/presets/llm-7b/">llm-7b</a><br>'
-                        '<a class="model-link" href="/dashboard/models/Qwen2.5-7B-Instruct/">Qwen2.5-7B-Instruct</a>')
-    assert cells[8:] == ["0.500", "1", "24576 MiB", "3.2"]
+    assert cells[5] == "1 × 24,576 MiB"
+    details = dict(re.findall(r"<dt>([^<]+)</dt><dd[^>]*>(.*?)</dd>", cells[6]))
+    assert details == {
+        "Owner": "Job/batch-1", "User": "alice@example.com",
+        "Preset · model": ('<a href="/dashboard/presets/llm-7b/">llm-7b</a><br><a class="model-link" '
+                           'href="/dashboard/models/Qwen2.5-7B-Instruct/">Qwen2.5-7B-Instruct</a>'),
+        "GPUs asked for": "0.500", "Answered in": "3.2 ms",
+    }
     assert f'href="/dashboard/admissions/{row.id}/?day={moment:%Y-%m-%d}"' in cells[0]
     other = row_cells(page, whole)
     assert other[1] == '<span class="badge error">error</span>'
-    assert other[7:] == ["", "2", "2", "", "0.0"]
+    assert other[5] == "2 vGPUs"
+    other_details = dict(re.findall(r"<dt>([^<]+)</dt><dd[^>]*>(.*?)</dd>", other[6]))
+    assert (other_details["Preset · model"], other_details["GPUs asked for"], other_details["Answered in"]) == (
+        "—", "2", "0.0 ms")
     assert "<i>qwen</i>" not in page and "team-<x>" not in page
 
 
-def test_rows_mark_a_caller_that_proved_nothing_and_escape_the_user_it_claimed(staff_client):
+def test_rows_mark_a_caller_that_proved_nothing_and_escape_the_user_it_claimed(staff_client, settings):
+    settings.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT = True  # mTLS on: a row from before it was turned on is marked
     # Denied: the overview lists the latest problems too.
     audit_row(username="<b>mallory</b>", caller_verified=False, namespace="team-x", decision="denied")
     audit_row(username="alice@example.com", caller_verified=True, namespace="team-y", decision="denied")
@@ -522,5 +530,18 @@ def test_rows_mark_a_caller_that_proved_nothing_and_escape_the_user_it_claimed(s
         page = staff_client.get(path).content.decode()
         assert '&lt;b&gt;mallory&lt;/b&gt; <span class="unverified" title="The caller presented no verified' in page
         assert "<b>mallory</b>" not in page
-        assert "alice@example.com</td>" in page, path
+        assert re.search(r"alice@example.com</(td|dd)>", page), path
         assert 'alice@example.com <span class="unverified"' not in page
+        assert "mtls-off" not in page
+
+
+def test_with_mtls_off_the_header_says_once_that_no_caller_is_verified_and_rows_are_not_marked(staff_client):
+    audit_row(username="<b>mallory</b>", caller_verified=False, namespace="team-x", decision="denied")
+    audit_row(username="bob@example.com", caller_verified=False, namespace="team-y", decision="denied")
+    for path in ("/dashboard/history/", "/dashboard/?window=24h", "/dashboard/budgets/"):
+        page = staff_client.get(path).content.decode()
+        assert page.count('class="unverified') == 1, path
+        header = page[page.index('<header class="topbar">'):page.index("</header>")]
+        assert "mTLS off: callers unverified" in header
+    history = staff_client.get("/dashboard/history/").content.decode()
+    assert "&lt;b&gt;mallory&lt;/b&gt;</dd>" in history and "bob@example.com</dd>" in history

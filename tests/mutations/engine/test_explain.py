@@ -43,7 +43,7 @@ def privileged(pod, index=0):
 
 @pytest.mark.parametrize(("pod", "rule", "policy", "fix"), [
     # policy limits
-    (pods.ray_worker_pod(), "policy.max_vgpus_per_pod", "team-*", "at most 2 GPU(s) in the Pod"),
+    (pods.ray_worker_pod(), "policy.max_vgpus_per_pod", "team-*", "at most 2 GPUs in the Pod"),
     (pods.vllm_deployment_pod(annotations={"volcano-injector.io/vgpu-memory": "60Gi"}),
      "policy.max_vgpu_memory_mib", "team-*", "raise max_vgpu_memory_mib of namespace policy 'team-*'"),
     # presets: not allowed, unknown, disabled
@@ -83,9 +83,19 @@ def test_each_denial_names_its_rule_its_policy_and_a_fix(pod, rule, policy, fix)
     assert first["rule"] == rule and first["rule_text"]  # the rule, in words
     assert first["policy"] == policy  # the link target: the policy that owns the rule (None: no policy does)
     assert any(fix in f for f in first["fixes"]), first["fixes"]
-    # The API server's message (concise) carries the problem and a fix.
+    # The API server's message (concise) carries the problem and a fix, the fix said once.
     assert first["message"] in result.reason and "Fix: " in result.reason
     assert explanation["summary"] == result.reason
+    lead = " ".join(first["fixes"][0].split()[:4])
+    assert result.reason.count(lead) == 1, result.reason
+
+
+def test_a_vgpu_larger_than_its_card_names_the_card_with_its_article_and_says_the_fix_once():
+    result = denied(pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "a100-half",
+                                                          "volcano-injector.io/vgpu-memory": "90000"}))
+    assert "is more than an A100-80GB card has (81920 MiB); accepted: at most 81920 MiB per vGPU" in result.reason
+    assert result.reason.count("at most 81920 MiB per vGPU") == 2  # what is accepted, then the one fix
+    assert result.reason.count("ask for") == 1
 
 
 def test_model_size_over_the_policy_explains_where_the_number_came_from_and_what_fits():

@@ -53,23 +53,23 @@ def run(pod, policy=POLICY, leader=None):
 @pytest.mark.parametrize("pod, memory, words", [
     # vLLM over Ray across an LWS group of 2 Pods of 8 GPUs: TP 8 x PP 2 = 16 = the group's GPUs
     (ray_leader(**{"tensor-parallel-size": 8, "pipeline-parallel-size": 2, "max-model-len": 32768}),
-     need(LLAMA_70B, tp=8, pp=2, max_model_len=32768), ["16 GPU(s), 2-Pod group"]),
+     need(LLAMA_70B, tp=8, pp=2, max_model_len=32768), ["over 16 GPUs of a 2-Pod group"]),
     # SGLang --tp 2 --nnodes 2, one GPU a Pod, as an LWS worker whose rank comes from its label (fieldRef)
     (lws_pod(1, gpus="1", image="lmsysorg/sglang:v0.4.9", command=[
         "python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-7B-Instruct", "--tp", "2",
         "--nnodes", "$(LWS_GROUP_SIZE)", "--node-rank", "$(LWS_WORKER_INDEX)",
         "--dist-init-addr", "$(LWS_LEADER_ADDRESS):20000", "--context-length", "8192"]),
-     need("Qwen2.5-7B-Instruct", engine="sglang", tp=2, max_model_len=8192), ["2 GPU(s), 2-Pod group"]),
+     need("Qwen2.5-7B-Instruct", engine="sglang", tp=2, max_model_len=8192), ["over 2 GPUs of a 2-Pod group"]),
     # SGLang --nnodes without LWS (two plain Pods)
     (_pod([_container("sglang", "lmsysorg/sglang:v0.4.9", {"nvidia.com/gpu": "4"}, command=[
         "python3", "-m", "sglang.launch_server", "--model-path", LLAMA_70B, "--tp", "8", "--nnodes", "2",
         "--node-rank", "0", "--context-length", "8192"])], name="sg-0", namespace="ml"),
-     need(LLAMA_70B, engine="sglang", tp=8, max_model_len=8192), ["8 GPU(s), 2-Pod group"]),
+     need(LLAMA_70B, engine="sglang", tp=8, max_model_len=8192), ["over 8 GPUs of a 2-Pod group"]),
     # vLLM data parallel over 2 Pods: 4 replicas of TP 2, 2 replicas (4 GPUs) a Pod
     (_pod([_container("vllm", "vllm/vllm-openai:v0.11.0", {"nvidia.com/gpu": "4"}, args=[
         "serve", "Qwen/Qwen2.5-7B-Instruct", "--data-parallel-size", "4", "--data-parallel-size-local", "2",
         "--tensor-parallel-size", "2", "--max-model-len", "8192"])], name="dp-0", namespace="ml"),
-     need("Qwen2.5-7B-Instruct", tp=2, max_model_len=8192), ["2 GPU(s), 2-Pod group"]),
+     need("Qwen2.5-7B-Instruct", tp=2, max_model_len=8192), ["over 2 GPUs of a 2-Pod group"]),
 ], ids=["lws-ray-leader", "lws-sglang-worker", "sglang-nnodes", "vllm-data-parallel"])
 def test_each_pod_of_a_group_is_sized_for_its_share(pod, memory, words):
     result = run(pod)
@@ -162,7 +162,7 @@ def kserve_pod(args, annotations=None):
 @pytest.mark.parametrize("pod, memory, source", [
     (kuberay_head({"volcano-injector.io/model": "Qwen/Qwen2.5-7B-Instruct"}), need("Qwen2.5-7B-Instruct"),
      ("serving command: vllm serving Qwen/Qwen2.5-7B-Instruct (catalog Qwen2.5-7B-Instruct; model from annotation "
-     "volcano-injector.io/model; tensor parallel over the Pod's 1 GPU(s) assumed)")),
+     "volcano-injector.io/model; tensor parallel over the Pod's 1 GPU assumed)")),
     # what KServe's controller puts on the predictor Pod: the storageUri for its storage-initializer
     (kserve_pod(["--model_name=qwen", "--model_dir=/mnt/models", "--max-model-len=8192"],
                 {"internal.serving.kserve.io/storage-initializer-sourceuri": "hf://Qwen/Qwen2.5-7B-Instruct"}),

@@ -228,14 +228,14 @@ VLLM = ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct"]
 def test_slice_above_the_physical_memory_of_an_oversubscribed_pool_is_admitted_with_a_warning():
     result = run(pod(number=1, memory=30000, **SCALED))
     assert result.allowed
-    assert ("30,000 MiB a vGPU is more than a L4 has (23,034 MiB): the rest lives in host memory (oversubscribed "
+    assert ("30,000 MiB a vGPU is more than an L4 has (23,034 MiB): the rest lives in host memory (oversubscribed "
             "pool)") in result.warnings
 
 
 def test_a_preallocating_server_on_an_oversubscribed_slice_is_denied():
     found = violation(run(pod(number=1, memory=30000, command=VLLM, **SCALED)))
     assert found["rule"] == "cluster.oversubscribed" and found["policy"] == "*"
-    assert ("runs vLLM, which takes its whole slice at start: 30,000 MiB a card is more than a L4 has"
+    assert ("runs vLLM, which takes its whole slice at start: 30,000 MiB a card is more than an L4 has"
             in found["message"])
 
 

@@ -381,3 +381,25 @@ def test_an_impact_request_whose_replay_hangs_answers_with_the_budget_it_ran_pas
         assert response.status_code == 503
         assert "time budget of 1 s" in response.json()["detail"]
         assert "INJECTOR_IMPACT_BUDGET_SECONDS" in response.json()["detail"]
+
+
+def test_a_policy_that_clears_cpu_and_memory_defaults_reports_them_apart_from_grants(api, admitted):
+    """A new team-b policy with `none` CPU defaults takes team-b from the global policy: its Pods' grants stay, their
+    CPU defaults go, and the report says so per namespace (memory, blank, still comes from the global policy)."""
+    draft = {"object_type": "namespacepolicy", "changes": {"namespace": "team-b", "cpu_request": "none",
+                                                           "cpu_limit": "none"}}
+    report = api.post(IMPACT, draft, format="json").json()
+    glob = NamespacePolicy.objects.get(namespace="*")
+    team_b_rows = AdmissionAudit.objects.filter(namespace="team-b").count()
+    assert team_b_rows > 0
+    assert report["resources_changed"] == [{
+        "namespace": "team-b", "policy_before": "*", "policy_after": "team-b",
+        "before": {"cpu_request": glob.cpu_request, "cpu_limit": glob.cpu_limit,
+                   "memory_request": glob.memory_request, "memory_limit": glob.memory_limit},
+        "after": {"cpu_request": None, "cpu_limit": None,
+                  "memory_request": glob.memory_request, "memory_limit": glob.memory_limit},
+        "admissions": team_b_rows,
+    }]
+    blank = api.post(IMPACT, {"object_type": "namespacepolicy", "changes": {"namespace": "team-b"}},
+                     format="json").json()
+    assert blank["resources_changed"] == []  # blank inherits: nothing changes

@@ -40,7 +40,7 @@ def test_the_leader_is_sized_for_its_share_of_the_group(post_review):
                                                     "max-model-len": 32768}))
     model = language_model_spec(LanguageModel.objects.get(name="Llama-3.1-70B-Instruct"))
     assert memory_of(leader) == str(catalog_need(model, Knobs(tp=8, pp=2, max_model_len=32768)).per_card_mib)
-    assert any("16 GPU(s), 2-Pod group" in w for w in body["warnings"])
+    assert any("over 16 GPUs of a 2-Pod group" in w for w in body["warnings"])
     row = AdmissionAudit.objects.get()
     assert row.containers[0]["sizing"]["group"] == {"kind": "LeaderWorkerSet", "size": 2, "index": 0,
                                                     "leader": None}

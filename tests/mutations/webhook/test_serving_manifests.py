@@ -100,4 +100,18 @@ def test_a_serving_manifest_is_sized_from_what_it_serves(post_review, make, expe
                for c in patched["spec"]["containers"] + patched["spec"].get("initContainers", []))
     row = AdmissionAudit.objects.get()
     assert row.containers[0]["sizing"]["matched"] == sized_by
-    assert any(f"catalog {sized_by}" in w for w in body["warnings"])
+    assert any(f"serving {sized_by}" in w for w in body["warnings"])
+
+
+def test_a_conversion_is_one_short_warning_with_the_result_first_and_the_breakdown_in_the_audit(post_review):
+    server = _container("vllm", "vllm/vllm-openai:v0.11.0", {"nvidia.com/gpu": "4"},
+                        command=["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct"],
+                        args=["--tensor-parallel-size", "4", "--max-model-len", "8192"])
+    pod = _pod([server], name="llama-70b", namespace="team-a")
+    body = post_review(pods.review(pod)).json()["response"]
+    per_card = need("Llama-3.1-70B-Instruct", tp=4, max_model_len=8192)
+    said = [w for w in body["warnings"] if w.startswith("vllm")]
+    assert said == [f"vllm: 4 vGPUs of {per_card:,} MiB (vllm serving Llama-3.1-70B-Instruct over 4 GPUs, 8k context)"]
+    assert all(len(w) <= 120 for w in body["warnings"]), body["warnings"]
+    sizing = AdmissionAudit.objects.get().containers[0]["sizing"]
+    assert sizing["per_card_mib"] == per_card and sizing["kv_tokens"] == 8192 and sizing["weights_mib"] > 0
