@@ -27,6 +27,7 @@ LAYER_OF = {
     "mutations.dashboard": "operator pages",
     "mutations.impact": "operator pages",
     "mutations.management": "operator pages",
+    "mutations.rightsizing": "operator pages",  # reads the audit, the presets and Prometheus
     "mutations.templatetags": "operator pages",
     "profiles": "configuration",  # models, services, selectors, catalog, changes, quotas
     "profiles.admin": "operator pages",
