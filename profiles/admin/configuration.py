@@ -177,6 +177,18 @@ class PresetAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
     def allowed_in_policies_count(self, obj: WithAnnotations[Preset, _PolicyCounts]) -> int:
         return obj.allowed_in_policies_count
 
+    def get_object(self, request, object_id, from_field=None):
+        """On a GET from a right-sizing recommendation's Apply (?vgpu_memory_mib=N&recommendation=id): the form
+        shows the recommended size, unsaved, so the impact preview replays it before anyone saves."""
+        obj = super().get_object(request, object_id, from_field)
+        size = request.GET.get("vgpu_memory_mib", "")
+        if obj is not None and request.method == "GET" and size.isdigit() and int(size) > 0:
+            messages.info(request, f"vGPU memory filled in from recommendation {request.GET.get('recommendation', '')}"
+                                   f": {obj.vgpu_memory_mib:,} MiB now, {int(size):,} MiB recommended. Show the "
+                                   "impact below, then save (or leave without saving).")
+            obj.vgpu_memory_mib = int(size)
+        return obj
+
     def save_model(self, request, obj, form, change):
         preset_save(preset=obj)
 
