@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import django_filters
-from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import serializers, viewsets
 
 from profiles.models import Preset
 
 from ..models import SizeRecommendation
+from ..rightsizing.apply import recommendation_apply_url
 from .views import CanViewAudit
 
 
@@ -37,19 +37,6 @@ class RecommendationSerializer(serializers.ModelSerializer):
 
     def get_apply_url(self, row: SizeRecommendation) -> str | None:
         return recommendation_apply_url(row=row, preset_ids=self.context.get("preset_ids"))
-
-
-def recommendation_apply_url(*, row: SizeRecommendation, preset_ids: dict[str, int] | None = None) -> str | None:
-    """The preset's admin form with the recommended size in it (its impact preview runs before saving)."""
-    if row.kind != SizeRecommendation.Kind.PRESET or not row.recommended_mib or row.direction in ("", "keep"):
-        return None
-    if preset_ids is None:
-        preset_ids = dict(Preset.objects.filter(name=row.name).values_list("name", "id"))
-    preset_id = preset_ids.get(row.name)
-    if preset_id is None:
-        return None
-    return (f"{reverse('admin:profiles_preset_change', args=[preset_id])}"
-            f"?vgpu_memory_mib={row.recommended_mib}&recommendation={row.pk}")
 
 
 class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
