@@ -286,6 +286,8 @@ RIGHT_SIZING_QUANTILE = env_float("RIGHT_SIZING_QUANTILE", 0.99, minimum=0.5)
 RIGHT_SIZING_MIN_HOURS = env_int("RIGHT_SIZING_MIN_HOURS", 24, minimum=1)
 RIGHT_SIZING_MIN_PODS = env_int("RIGHT_SIZING_MIN_PODS", 2, minimum=1)
 RIGHT_SIZING_DAYS = env_int("RIGHT_SIZING_DAYS", 7, minimum=1)
+# Automatic mode (a namespace policy's right_sizing "apply"): the most a right-sized size moves in a week.
+RIGHT_SIZING_STEP_PERCENT = env_float("RIGHT_SIZING_STEP_PERCENT", 25.0, minimum=1)
 
 # --- logging: one JSON line per event on stdout -------------------------------------------
 LOG_LEVEL = (env("LOG_LEVEL", "INFO") or "INFO").upper()

@@ -211,7 +211,7 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
     search_fields = ["namespace", "description"]
     ordering = ["namespace"]
     filter_horizontal = ["allowed_presets"]
-    readonly_fields = ["created_at", "updated_at", "audit"]
+    readonly_fields = ["created_at", "updated_at", "audit", "right_sized_mib", "right_sized_at"]
     actions = ["preview_pod_action"]
     change_list_template = "admin/profiles/namespacepolicy/change_list.html"
     change_form_template = "admin/profiles/change_form_impact.html"
@@ -225,6 +225,11 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
             "fields": ["infer_from_serving", "kv_cache_sequences", "unknown_model"],
             "description": "GPU Pods that name no size are sized from their inference server's command line and the "
                            "model catalog (docs/sizing.md).",
+        }),
+        ("Right-sizing", {
+            "fields": ["right_sizing", "right_sized_mib", "right_sized_at"],
+            "description": "From the Pods' observed use (README, \"Right-sizing\"); apply is bounded and new Pods "
+                           "only, and each Pod it sizes says so in its warning and audit row.",
         }),
         ("Volcano queue and priority", {
             "fields": ["default_queue", "allowed_queues", "priority_class"],

@@ -6,8 +6,10 @@ import dataclasses
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from mutations.rightsizing import recommendations_refresh
+from mutations.rightsizing.automatic import policies_right_size
 from mutations.rightsizing.services import thresholds_from_settings
 
 
@@ -42,6 +44,9 @@ class Command(BaseCommand):
                     line += f"; or --max-model-len {row.max_model_len}"
             else:
                 line = f"{subject}: {row.state}: {row.message}"
+            self.stdout.write(line)
+        for line in policies_right_size(recommendations=rows, step_percent=settings.RIGHT_SIZING_STEP_PERCENT,
+                                        now=timezone.now()):
             self.stdout.write(line)
         if any(row.state == "prometheus-unavailable" for row in rows):
             raise CommandError("Prometheus could not be read: the recommendations shown are the last ones computed")
