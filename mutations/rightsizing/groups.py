@@ -29,6 +29,8 @@ class SizedGroup:
     namespace: str = ""
     current_mib: int = 0
     card_mib: int | None = None
+    card: dict | None = None  # the preset's GPU model: name, registered and physical MiB
+    preset: str = ""  # the newest Pod's preset (a policy default's)
     sizing: dict | None = None  # the newest serving explanation (engine, weights, KV, fraction)
     names: dict[str, set[str]] = field(default_factory=dict)  # namespace -> Pod names
     prefixes: dict[str, set[str]] = field(default_factory=dict)  # namespace -> generateName prefixes
@@ -80,15 +82,18 @@ def sized_groups(*, since: datetime) -> list[SizedGroup]:
             group = groups.setdefault((kind, name, namespace), SizedGroup(kind, name, namespace))
             group.current_mib = _per_vgpu_mib(row)
             group.admissions += 1
+            group.preset = row.preset_name
             if serving is not None:
                 group.sizing = serving
             if row.pod_name:
                 group.names.setdefault(row.namespace, set()).add(row.pod_name)
             elif row.generate_name:
                 group.prefixes.setdefault(row.namespace, set()).add(row.generate_name)
-    cards = {p.name: p.gpu_model.memory_mib for p in Preset.objects.select_related("gpu_model")
-             if p.gpu_model is not None}
+    cards = {p.name: {"card": p.gpu_model.name, "registered_mib": p.gpu_model.memory_mib,
+                      "physical_mib": p.gpu_model.physical_memory_mib}
+             for p in Preset.objects.select_related("gpu_model") if p.gpu_model is not None}
     for group in groups.values():
-        if group.kind == "preset":
-            group.card_mib = cards.get(group.name)
+        if group.kind in ("preset", "policy"):  # a policy default's Pods: its preset's card
+            group.card = cards.get(group.name if group.kind == "preset" else group.preset)
+            group.card_mib = group.card["registered_mib"] if group.card else None
     return sorted(groups.values(), key=lambda g: g.key)

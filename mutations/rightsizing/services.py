@@ -11,7 +11,7 @@ from django.conf import settings
 from mutations.models import SizeRecommendation
 
 from . import queries
-from .compute import PREALLOCATING_ENGINES, Advice, Observed, Thresholds, kv_advice, memory_advice
+from .compute import PREALLOCATING_ENGINES, Advice, Observed, Thresholds, card_fit, kv_advice, memory_advice
 from .groups import SizedGroup, sized_groups
 from .prometheus import PrometheusConfig, PrometheusReader, PrometheusUnavailable, Series
 
@@ -182,6 +182,9 @@ def recommendations_refresh(*, days: int = 7, reader: PrometheusReader | None = 
         evidence.update(headroom_percent=thresholds.headroom_percent, notes=advice.notes,
                         engine=group.engine or observed.kv_engine, admissions=group.admissions,
                         namespaces=group.namespaces(), min_hours=thresholds.min_hours, min_pods=thresholds.min_pods)
+        if group.card is not None:
+            evidence["card"] = card_fit(**group.card, current_mib=group.current_mib,
+                                        recommended_mib=advice.recommended_mib, peak_mib=observed.peak_mib)
         row.state = advice.state
         row.message = "" if advice.state == "ok" else "; ".join(advice.notes)
         row.basis, row.current_mib, row.recommended_mib = advice.basis, group.current_mib, advice.recommended_mib

@@ -21,7 +21,9 @@ def recommendation(**fields) -> SizeRecommendation:
               "computed_at": timezone.now(), "last_success_at": timezone.now(),
               "evidence": {"queries": [QUERY],
                            "quantile": 0.99, "headroom_percent": 15, "notes": ["p99 3,580 MiB + 15 % headroom"],
-                           "memory_chart_mib": [[0, 2600], [3600, 3584], [7200, 3000]]}}
+                           "memory_chart_mib": [[0, 2600], [3600, 3584], [7200, 3000]],
+                           "card": {"card": "L4", "oversubscription_ratio": 2.0, "pods_per_card_now": 2,
+                                    "pods_per_card_recommended": 10, "host_memory_risk": "10 Pods a card need more"}}}
     values.update(fields)
     return SizeRecommendation.objects.create(**values)
 
@@ -39,6 +41,8 @@ def test_lists_each_recommendation_with_its_evidence_chart_and_apply(staff_clien
     assert page.count('<svg class="sparkline"') == 2
     assert f'href="/admin/profiles/preset/{preset.pk}/change/?vgpu_memory_mib=4352&amp;recommendation={row.pk}"' in page
     assert "KV cache peak 100 %, 150 preemptions" in page
+    assert "L4, oversubscription 2.0:\n          2 Pods a card now, 10 at the recommended size;" in page
+    assert "<strong>host-memory risk</strong>: 10 Pods a card need more" in page
 
 
 def test_says_when_prometheus_could_not_be_read(staff_client):

@@ -8,9 +8,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from mutations.engine.annotations import ANN_PRESET
-from mutations.models import SizeRecommendation
+from mutations.models import AdmissionAudit, SizeRecommendation
 from mutations.rightsizing.automatic import bounded_step
 from profiles.models import NamespacePolicy, ObjectChange, Preset
+from tests.support import pods
 from tests.support.audit import audit_row
 
 from .scenarios import sized_pods
@@ -74,3 +75,19 @@ def test_a_policy_in_apply_mode_is_right_sized_once_a_week_through_the_change_lo
     again = io.StringIO()
     call_command("recommend_sizes", "--days", "3", stdout=again)
     assert "the next step waits a week" in again.getvalue()
+
+
+@pytest.mark.django_db
+def test_a_right_sized_pod_says_so_in_its_warning_and_audit_row(post_review):
+    preset = Preset.objects.create(name="etl-4g", vgpu_memory_mib=4_096)
+    NamespacePolicy.objects.create(namespace="etl", default_preset=preset, right_sizing="apply",
+                                   right_sized_mib=5_120)
+    pod = pods._pod([pods._container("main", "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
+                                     {"nvidia.com/gpu": "1"})], name="etl-c", namespace="etl")
+    body = post_review(pods.review(pod, namespace="etl")).json()["response"]
+    assert body["allowed"] is True
+    assert any(w.startswith("right-sizing (policy etl, apply): 5120 MiB per vGPU, not preset etl-4g's 4096 MiB")
+               for w in body["warnings"])
+    row = AdmissionAudit.objects.get(pod_name="etl-c")
+    assert (row.vgpu_memory_mib, row.source) == (5_120, "namespace policy etl, right-sized from 4096 MiB")
+    assert any(w.startswith("right-sizing") for w in row.warnings)

@@ -7,6 +7,7 @@ import pytest
 
 from mutations.models import SizeRecommendation
 from mutations.rightsizing import PrometheusConfig, PrometheusReader, recommendations_refresh
+from profiles.models import GpuModel, Preset
 
 from .scenarios import NOW, THRESHOLDS, refreshed
 
@@ -70,3 +71,14 @@ def test_prometheus_down_says_so_and_keeps_the_last_result(prometheus):
     assert "Prometheus at http://127.0.0.1:9 is unreachable" in row.message
     assert "last one computed" in row.message
     assert row.recommended_mib == before and row.last_success_at is not None
+
+
+@pytest.mark.django_db
+def test_the_cards_oversubscription_shows_how_many_more_pods_fit_and_the_host_memory_risk(prometheus):
+    card = GpuModel.objects.create(name="L4", memory_mib=46_080, physical_memory_mib=23_040, match="L4")
+    Preset.objects.create(name="batch-16g", vgpu_memory_mib=16_384, gpu_model=card)
+    fit = refreshed(prometheus)[("preset", "batch-16g")].evidence["card"]
+    assert (fit["card"], fit["oversubscription_ratio"]) == ("L4", 2.0)  # devicememoryscaling 2
+    assert (fit["pods_per_card_now"], fit["pods_per_card_recommended"]) == (2, 10)
+    assert "10 Pods a card at their observed peak (3,584 MiB each) need 35,840 MiB, more than the card's 23,040" \
+        in fit["host_memory_risk"]
