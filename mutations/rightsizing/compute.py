@@ -182,14 +182,15 @@ def card_fit(*, card: str, registered_mib: int, physical_mib: int | None, curren
     (registered / physical memory: the device plugin's devicememoryscaling), and whether the observed peaks of
     that many Pods would pass the card's physical memory (the excess lives in host memory)."""
     physical = physical_mib or registered_mib
-    fit = {"card": card, "registered_mib": registered_mib, "physical_mib": physical,
-           "oversubscription_ratio": round(registered_mib / physical, 2),
-           "pods_per_card_now": registered_mib // current_mib if current_mib else None,
-           "pods_per_card_recommended": registered_mib // recommended_mib if recommended_mib else None,
-           "host_memory_risk": ""}
-    pods = fit["pods_per_card_recommended"] or fit["pods_per_card_now"]
+    now = registered_mib // current_mib if current_mib else None
+    then = registered_mib // recommended_mib if recommended_mib else None
+    risk = ""
+    pods = then or now
     if peak_mib and pods and peak_mib * pods > physical:
-        fit["host_memory_risk"] = (f"{pods} Pods a card at their observed peak ({peak_mib:,.0f} MiB each) need "
-                                   f"{peak_mib * pods:,.0f} MiB, more than the card's {physical:,} MiB: the excess "
-                                   "would live in host memory (slower, and the node's RAM)")
+        risk = (f"{pods} Pods a card at their observed peak ({peak_mib:,.0f} MiB each) need {peak_mib * pods:,.0f} "
+                f"MiB, more than the card's {physical:,} MiB: the excess would live in host memory (slower, and the "
+                "node's RAM)")
+    fit = {"card": card, "registered_mib": registered_mib, "physical_mib": physical,
+           "oversubscription_ratio": round(registered_mib / physical, 2), "pods_per_card_now": now,
+           "pods_per_card_recommended": then, "host_memory_risk": risk}
     return fit

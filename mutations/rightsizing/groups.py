@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from mutations.engine.annotations import ANN_VGPU_MEMORY
 from mutations.models import AdmissionAudit
@@ -29,7 +30,7 @@ class SizedGroup:
     namespace: str = ""
     current_mib: int = 0
     card_mib: int | None = None
-    card: dict | None = None  # the preset's GPU model: name, registered and physical MiB
+    card: dict[str, Any] | None = None  # the preset's GPU model: name, registered and physical MiB
     preset: str = ""  # the newest Pod's preset (a policy default's)
     sizing: dict | None = None  # the newest serving explanation (engine, weights, KV, fraction)
     names: dict[str, set[str]] = field(default_factory=dict)  # namespace -> Pod names
@@ -89,9 +90,10 @@ def sized_groups(*, since: datetime) -> list[SizedGroup]:
                 group.names.setdefault(row.namespace, set()).add(row.pod_name)
             elif row.generate_name:
                 group.prefixes.setdefault(row.namespace, set()).add(row.generate_name)
-    cards = {p.name: {"card": p.gpu_model.name, "registered_mib": p.gpu_model.memory_mib,
-                      "physical_mib": p.gpu_model.physical_memory_mib}
-             for p in Preset.objects.select_related("gpu_model") if p.gpu_model is not None}
+    cards: dict[str, dict[str, Any]] = {
+        p.name: {"card": p.gpu_model.name, "registered_mib": p.gpu_model.memory_mib,
+                 "physical_mib": p.gpu_model.physical_memory_mib}
+        for p in Preset.objects.select_related("gpu_model") if p.gpu_model is not None}
     for group in groups.values():
         if group.kind in ("preset", "policy"):  # a policy default's Pods: its preset's card
             group.card = cards.get(group.name if group.kind == "preset" else group.preset)
