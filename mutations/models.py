@@ -293,6 +293,9 @@ class SizeRecommendation(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     name = models.CharField(max_length=253, help_text="The preset, the catalog model, or the policy's namespace.")
     namespace = models.CharField(max_length=253, blank=True, help_text="For a policy default: the Pods' namespace.")
+    # A catalog model is recommended per context: the KV cache an engine needs to start depends on it.
+    context_tokens = models.PositiveIntegerField(
+        default=0, help_text="For a catalog model: the KV tokens its Pods were sized for (max-model-len x sequences).")
     state = models.CharField(max_length=32, choices=State.choices)
     message = models.TextField(blank=True, help_text="Why there is no recommendation, or what failed.")
     basis = models.CharField(max_length=16, blank=True, help_text="memory, or kv-cache for preallocating engines.")
@@ -314,9 +317,9 @@ class SizeRecommendation(models.Model):
     last_success_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["kind", "name", "namespace"]
+        ordering = ["kind", "name", "namespace", "context_tokens"]
         constraints = [
-            models.UniqueConstraint(fields=["kind", "name", "namespace"],
+            models.UniqueConstraint(fields=["kind", "name", "namespace", "context_tokens"],
                                     name="%(app_label)s_%(class)s_one_per_subject",
-                                    violation_error_message="one recommendation per kind, name and namespace"),
+                                    violation_error_message="one recommendation per kind, name, namespace and context"),
         ]

@@ -28,6 +28,7 @@ class SizedGroup:
     kind: str
     name: str
     namespace: str = ""
+    context_tokens: int = 0
     current_mib: int = 0
     card_mib: int | None = None
     card: dict[str, Any] | None = None  # the preset's GPU model: name, registered and physical MiB
@@ -38,8 +39,8 @@ class SizedGroup:
     admissions: int = 0
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return self.kind, self.name, self.namespace
+    def key(self) -> tuple[str, str, str, int]:
+        return self.kind, self.name, self.namespace, self.context_tokens
 
     @property
     def engine(self) -> str:
@@ -57,15 +58,15 @@ def _per_vgpu_mib(row: AdmissionAudit) -> int:
     return int(row.vgpu_memory_mib // max(row.vgpus_granted, 1))
 
 
-def _subjects(row: AdmissionAudit, serving: dict | None) -> list[tuple[str, str, str]]:
+def _subjects(row: AdmissionAudit, serving: dict | None) -> list[tuple[str, str, str, int]]:
     found = []
     if serving and serving.get("matched"):
-        found.append(("model", str(serving["matched"]), ""))
+        found.append(("model", str(serving["matched"]), "", int(serving.get("kv_tokens") or 0)))
     source = row.source or ""
     if row.preset_name and not source.startswith(NOT_THE_PRESET):
-        found.append(("preset", row.preset_name, ""))
+        found.append(("preset", row.preset_name, "", 0))
     if source.startswith(POLICY_SOURCE):
-        found.append(("policy", row.policy_name, row.namespace))
+        found.append(("policy", row.policy_name, row.namespace, 0))
     return found
 
 
@@ -76,11 +77,11 @@ def sized_groups(*, since: datetime) -> list[SizedGroup]:
             .only("created_at", "namespace", "pod_name", "generate_name", "preset_name", "policy_name", "source",
                   "vgpu_memory_mib", "vgpus_granted", "containers")
             .order_by("created_at", "id"))
-    groups: dict[tuple[str, str, str], SizedGroup] = {}
+    groups: dict[tuple[str, str, str, int], SizedGroup] = {}
     for row in rows.iterator(chunk_size=2000):
         serving = next((c["sizing"] for c in row.containers or [] if isinstance(c.get("sizing"), dict)), None)
-        for kind, name, namespace in _subjects(row, serving):
-            group = groups.setdefault((kind, name, namespace), SizedGroup(kind, name, namespace))
+        for key in _subjects(row, serving):
+            group = groups.setdefault(key, SizedGroup(*key))
             group.current_mib = _per_vgpu_mib(row)
             group.admissions += 1
             group.preset = row.preset_name

@@ -159,8 +159,9 @@ def recommendations_refresh(*, days: int = 7, reader: PrometheusReader | None = 
             failure = str(exc)
     saved = []
     for group in groups:
-        row = (SizeRecommendation.objects.filter(kind=group.kind, name=group.name, namespace=group.namespace).first()
-               or SizeRecommendation(kind=group.kind, name=group.name, namespace=group.namespace))
+        subject = {"kind": group.kind, "name": group.name, "namespace": group.namespace,
+                   "context_tokens": group.context_tokens}
+        row = SizeRecommendation.objects.filter(**subject).first() or SizeRecommendation(**subject)
         row.computed_at = now
         if not failure:
             assert reader is not None

@@ -36,7 +36,8 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write(f"no converted Pods in the last {days} days: nothing to recommend")
         for row in rows:
-            subject = f"{row.kind} {row.name}" + (f" ({row.namespace})" if row.namespace else "")
+            subject = f"{row.kind} {row.name}" + (f" ({row.namespace})" if row.namespace else "") + (
+                f" at {row.context_tokens:,} KV tokens" if row.context_tokens else "")
             if row.state == "ok" and row.recommended_mib:
                 line = (f"{subject}: {row.current_mib:,} MiB -> {row.recommended_mib:,} MiB ({row.direction}, "
                         f"{row.basis}, confidence {row.confidence}; {row.pods} Pods, {row.hours} h)")

@@ -32,6 +32,7 @@ def test_an_idle_vllm_group_using_its_whole_grant_gets_a_kv_cache_based_size(pro
     # weights + activations + overhead (17,040 MiB) + the start-up KV need (1,792 MiB) over 0.9, not 40 GiB
     assert 20_480 <= row.recommended_mib <= 21_504
     assert row.pods == 2 and row.evidence["kv_metric"] == "vllm:kv_cache_usage_perc"
+    assert row.context_tokens == 32_768  # a catalog model is recommended per context
     assert row.evidence["kv_peak"] == pytest.approx(0.08, abs=0.005)
     assert "memory use is not read" in " ".join(row.evidence["notes"])
 
