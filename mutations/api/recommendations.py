@@ -31,8 +31,8 @@ class RecommendationSerializer(serializers.ModelSerializer):
     class Meta:
         model = SizeRecommendation
         fields = ["id", "kind", "name", "namespace", "context_tokens", "state", "message", "basis", "current_mib",
-                  "recommended_mib", "direction", "confidence", "max_model_len", "peak_mib", "percentile_mib", "pods", "samples",
-                  "hours", "window_days", "evidence", "computed_at", "last_success_at", "apply_url"]
+                  "recommended_mib", "direction", "confidence", "max_model_len", "peak_mib", "percentile_mib", "pods",
+                  "samples", "hours", "window_days", "evidence", "computed_at", "last_success_at", "apply_url"]
         read_only_fields = fields
 
     def get_apply_url(self, row: SizeRecommendation) -> str | None:
