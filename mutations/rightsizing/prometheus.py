@@ -75,8 +75,10 @@ class PrometheusReader:
     def _get(self, endpoint: str, params: dict[str, str]) -> list[Series]:
         # The query's own timeout too, so Prometheus stops evaluating when we stop waiting.
         params = {**params, "timeout": f"{self.config.timeout_seconds:g}s"}
-        url = f"{self.base}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
-        request = urllib.request.Request(url, headers=self._headers())
+        # POST, form-encoded (Prometheus takes both): a group's Pod regex can be longer than a URL may be.
+        request = urllib.request.Request(f"{self.base}/api/v1/{endpoint}", data=urllib.parse.urlencode(params).encode(),
+                                         headers={**self._headers(),
+                                                  "Content-Type": "application/x-www-form-urlencoded"})
         where = f"Prometheus at {self.base}"
         try:
             with urllib.request.urlopen(request, timeout=self.config.timeout_seconds,

@@ -15,6 +15,8 @@ from .compute import PREALLOCATING_ENGINES, Advice, Observed, Thresholds, card_f
 from .groups import SizedGroup, sized_groups
 from .prometheus import PrometheusConfig, PrometheusReader, PrometheusUnavailable, Series
 
+PODS_PER_QUERY = 200
+
 
 def prometheus_config() -> PrometheusConfig:
     return PrometheusConfig(url=settings.PROMETHEUS_URL, token_file=settings.PROMETHEUS_TOKEN_FILE,
@@ -41,9 +43,12 @@ class _Reading:
     def _selectors(self, source: queries.MetricSource, extra: str = "") -> list[str]:
         found = []
         for namespace in self.group.namespaces():
-            regex = queries.pod_regex(sorted(self.group.names.get(namespace, ())),
-                                      sorted(self.group.prefixes.get(namespace, ())))
-            found.append(source.selector(namespace, regex, extra))
+            names = sorted(self.group.names.get(namespace, ()))
+            prefixes = sorted(self.group.prefixes.get(namespace, ()))
+            # At most PODS_PER_QUERY alternatives a query: Prometheus compiles the regex for each series.
+            for start in range(0, max(len(names), len(prefixes)), PODS_PER_QUERY):
+                regex = queries.pod_regex(names[start:start + PODS_PER_QUERY], prefixes[start:start + PODS_PER_QUERY])
+                found.append(source.selector(namespace, regex, extra))
         return found
 
     def instant(self, build, source: queries.MetricSource, extra: str = "") -> list[Series]:

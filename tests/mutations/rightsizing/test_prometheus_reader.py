@@ -11,6 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from mutations.rightsizing import PrometheusConfig, PrometheusReader, PrometheusUnavailable
+from mutations.rightsizing.groups import SizedGroup
+from mutations.rightsizing.services import group_observe
 
 
 @pytest.fixture
@@ -20,8 +22,9 @@ def fake_prometheus():
              "delay": 0.0, "seen": []}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            state["seen"].append((self.path, self.headers.get("Authorization")))
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            state["seen"].append((self.path, self.headers.get("Authorization"), self.rfile.read(length).decode()))
             time.sleep(state["delay"])
             body = json.dumps(state["body"]).encode()
             try:
@@ -52,8 +55,9 @@ def test_sends_the_bearer_token_and_reads_a_vector(fake_prometheus, tmp_path):
     reader = PrometheusReader(PrometheusConfig(url=fake_prometheus["url"], token_file=str(token)))
     found = reader.query("max_over_time(x[7d])", at=1700000000)
     assert (found[0].labels, found[0].value) == ({"podname": "train-a"}, 3.5e9)
-    path, authorization = fake_prometheus["seen"][0]
-    assert authorization == "Bearer s3cret" and path.startswith("/api/v1/query?query=max_over_time")
+    path, authorization, form = fake_prometheus["seen"][0]
+    assert (path, authorization) == ("/api/v1/query", "Bearer s3cret")
+    assert form.startswith("query=max_over_time") and "&time=1700000000.000" in form
 
 
 def test_a_slow_prometheus_is_a_clear_timeout(fake_prometheus):
@@ -74,3 +78,29 @@ def test_a_refused_query_names_prometheus_error(fake_prometheus):
 def test_no_url_is_a_clear_state():
     with pytest.raises(PrometheusUnavailable, match="PROMETHEUS_URL is not set"):
         PrometheusReader(PrometheusConfig(url=""))
+
+
+class RecordingReader:
+    """Answers nothing, keeps every query: what the recommender asks for a group."""
+
+    def __init__(self):
+        self.asked = []
+
+    def query(self, expr, *, at):
+        self.asked.append(expr)
+        return []
+
+    def query_range(self, expr, *, start, end, step_seconds):
+        self.asked.append(expr)
+        return []
+
+
+def test_a_large_group_is_read_in_queries_of_at_most_200_pods_over_ranges_only():
+    group = SizedGroup("preset", "batch-16g", names={"batch": {f"train-{i}" for i in range(450)}},
+                       prefixes={"batch": {"etl-7f9c-"}})
+    reader = RecordingReader()
+    group_observe(reader=reader, group=group, days=7, quantile=0.99, at=1_700_000_000)
+    first = [q for q in reader.asked if q.startswith("max by (podnamespace,podname) (max_over_time(vGPU_")]
+    assert len(first) == 3  # 450 names (and the prefix) in three queries
+    assert 'podname=~"etl-7f9c-.*|train-0|train-1|' in first[0]
+    assert all("[7d]" in q or "[1h]" in q for q in reader.asked)  # ranges, never one sample
