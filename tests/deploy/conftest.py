@@ -34,6 +34,7 @@ COMPONENT_COMBINATIONS = [
     ("components/cloudnative-pg", "components/cloudnative-pg-backup"),
     ("components/quotas", "components/cloudnative-pg"),
     ("components/serving-groups",),
+    ("components/rightsizing",),
 ]
 TRIAL_COMPONENT_COMBINATIONS = [
     ("components/quotas",),
