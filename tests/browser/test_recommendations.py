@@ -8,6 +8,8 @@ from django.utils import timezone
 from mutations.models import AdmissionAudit, SizeRecommendation
 from profiles.models import Preset
 
+from .conftest import ARTIFACTS
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 PASSWORD = "a-long-password-for-tests-only"
 
@@ -24,8 +26,10 @@ def recommended(django_user_model):
         kind="preset", name="llm-7b", state="ok", basis="memory", current_mib=preset.vgpu_memory_mib,
         recommended_mib=smaller, direction="smaller", confidence="high", pods=12, samples=20_000, hours=160,
         window_days=7, peak_mib=smaller / 1.2, percentile_mib=smaller / 1.2, computed_at=timezone.now(),
-        last_success_at=timezone.now(), evidence={"queries": ["max_over_time(vGPU_device_memory_usage_in_bytes[7d])"],
-                                                  "headroom_percent": 15, "quantile": 0.99})
+        last_success_at=timezone.now(), evidence={
+            "queries": ["max_over_time(vGPU_device_memory_usage_in_bytes[7d])"], "headroom_percent": 15,
+            "quantile": 0.99, "notes": ["p99 + 15 % headroom, never below the peak"],
+            "memory_chart_mib": [[i * 3600, smaller / 1.3 + (i % 24) * 40] for i in range(160)]})
     return preset.pk, preset.vgpu_memory_mib, smaller
 
 
@@ -38,6 +42,7 @@ def test_apply_opens_the_impact_preview_and_saves_through_the_change_log(recomme
     page.wait_for_url(f"{live_server.url}/dashboard/recommendations/")
     row = page.locator("table.recommendations tbody tr").first
     assert f"{smaller} MiB" in row.inner_text() and "smaller" in row.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "recommendations.png"), full_page=True)
     row.locator("a.button", has_text="Apply").click()
     page.wait_for_url(f"{live_server.url}/admin/profiles/preset/{preset_id}/change/?*")
     assert page.locator("#id_vgpu_memory_mib").input_value() == str(smaller)
