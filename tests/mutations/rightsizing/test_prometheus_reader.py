@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,10 +14,11 @@ import pytest
 from mutations.rightsizing import PrometheusConfig, PrometheusReader, PrometheusUnavailable
 from mutations.rightsizing.groups import SizedGroup
 from mutations.rightsizing.services import group_observe
+from tests.support.tls import make_dev_certs
 
 
 @pytest.fixture
-def fake_prometheus():
+def fake_prometheus(request):
     """A local HTTP server answering as Prometheus would; `answers` sets what, `seen` keeps each request."""
     state = {"status": 200, "body": {"status": "success", "data": {"resultType": "vector", "result": []}},
              "delay": 0.0, "seen": []}
@@ -40,8 +42,16 @@ def fake_prometheus():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    scheme = "http"
+    if getattr(request, "param", "http") == "https":  # with a fresh CA's server certificate
+        certs = request.getfixturevalue("certificates")
+        state["ca_file"] = str(certs / "ca.crt")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certs / "tls.crt", certs / "tls.key")
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    state["url"] = f"http://127.0.0.1:{server.server_address[1]}"
+    state["url"] = f"{scheme}://127.0.0.1:{server.server_address[1]}"
     yield state
     server.shutdown()
     server.server_close()
@@ -104,3 +114,17 @@ def test_a_large_group_is_read_in_queries_of_at_most_200_pods_over_ranges_only()
     assert len(first) == 3  # 450 names (and the prefix) in three queries
     assert 'podname=~"etl-7f9c-.*|train-0|train-1|' in first[0]
     assert all("[7d]" in q or "[1h]" in q for q in reader.asked)  # ranges, never one sample
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory):
+    return make_dev_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.mark.parametrize("fake_prometheus", ["https"], indirect=True)
+def test_https_is_verified_against_the_ca_file(fake_prometheus):
+    trusted = PrometheusReader(PrometheusConfig(url=fake_prometheus["url"], ca_file=fake_prometheus["ca_file"]))
+    assert trusted.query("up", at=0) == []
+    untrusted = PrometheusReader(PrometheusConfig(url=fake_prometheus["url"]))  # the system's CAs only
+    with pytest.raises(PrometheusUnavailable, match=r"is unreachable: .*CERTIFICATE_VERIFY_FAILED"):
+        untrusted.query("up", at=0)
