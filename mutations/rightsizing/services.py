@@ -200,4 +200,8 @@ def recommendations_refresh(*, days: int = 7, reader: PrometheusReader | None = 
         row.evidence, row.last_success_at = evidence, now
         row.save()
         saved.append(row)
+    if not failure:  # subjects that sized no Pod in the window: nothing to recommend from any more
+        SizeRecommendation.objects.exclude(pk__in=[row.pk for row in saved]).update(
+            state=SizeRecommendation.State.INSUFFICIENT, recommended_mib=None, direction="", confidence="none",
+            message=f"no Pods sized in the last {days} days", computed_at=now)
     return saved

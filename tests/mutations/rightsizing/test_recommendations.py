@@ -4,6 +4,7 @@ audit says were sized."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from mutations.models import SizeRecommendation
 from mutations.rightsizing import PrometheusConfig, PrometheusReader, recommendations_refresh
@@ -83,3 +84,13 @@ def test_the_cards_oversubscription_shows_how_many_more_pods_fit_and_the_host_me
     assert (fit["pods_per_card_now"], fit["pods_per_card_recommended"]) == (2, 10)
     assert "10 Pods a card at their observed peak (3,584 MiB each) need 35,840 MiB, more than the card's 23,040" \
         in fit["host_memory_risk"]
+
+
+@pytest.mark.django_db
+def test_a_subject_that_sized_no_pod_in_the_window_has_nothing_recommended(prometheus):
+    SizeRecommendation.objects.create(kind="preset", name="retired-8g", state="ok", current_mib=8_192,
+                                      recommended_mib=4_096, direction="smaller", confidence="high",
+                                      computed_at=timezone.now())
+    refreshed(prometheus)
+    row = SizeRecommendation.objects.get(name="retired-8g")
+    assert (row.state, row.recommended_mib, row.message) == ("insufficient", None, "no Pods sized in the last 3 days")
