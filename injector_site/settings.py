@@ -274,6 +274,21 @@ INJECTOR_API_BAD_TOKENS_PER_MINUTE = env_int("INJECTOR_API_BAD_TOKENS_PER_MINUTE
 # Audit rows older than this are removed by `manage.py prune_audit` without --older-than.
 AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 90)
 
+# Right-sizing (manage.py recommend_sizes, /api/v1/recommendations/): where the observed use is read. Never on
+# the /mutate path. Optional bearer token and CA files (a mounted Secret and ConfigMap); a query timeout.
+PROMETHEUS_URL = env("PROMETHEUS_URL", "")
+PROMETHEUS_TOKEN_FILE = env("PROMETHEUS_TOKEN_FILE", "")
+PROMETHEUS_CA_FILE = env("PROMETHEUS_CA_FILE", "")
+PROMETHEUS_TIMEOUT_SECONDS = env_float("PROMETHEUS_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+# Headroom over the high percentile, which percentile, and the least data a recommendation is made from.
+RIGHT_SIZING_HEADROOM_PERCENT = env_float("RIGHT_SIZING_HEADROOM_PERCENT", 15.0, minimum=0)
+RIGHT_SIZING_QUANTILE = env_float("RIGHT_SIZING_QUANTILE", 0.99, minimum=0.5)
+RIGHT_SIZING_MIN_HOURS = env_int("RIGHT_SIZING_MIN_HOURS", 24, minimum=1)
+RIGHT_SIZING_MIN_PODS = env_int("RIGHT_SIZING_MIN_PODS", 2, minimum=1)
+RIGHT_SIZING_DAYS = env_int("RIGHT_SIZING_DAYS", 7, minimum=1)
+# Automatic mode (a namespace policy's right_sizing "apply"): the most a right-sized size moves in a week.
+RIGHT_SIZING_STEP_PERCENT = env_float("RIGHT_SIZING_STEP_PERCENT", 25.0, minimum=1)
+
 # --- logging: one JSON line per event on stdout -------------------------------------------
 LOG_LEVEL = (env("LOG_LEVEL", "INFO") or "INFO").upper()
 LOGGING = {

@@ -287,3 +287,56 @@ class UnconvertedPodScan(models.Model):
     def __str__(self) -> str:
         outcome = f"{self.unconverted} unconverted" if self.succeeded else "failed"
         return f"scan at {self.finished_at:%Y-%m-%d %H:%M} UTC: {outcome}"
+
+
+class SizeRecommendation(models.Model):
+    """The last right-sizing report for one preset, catalog model or namespace policy default (and namespace).
+
+    Written by recommend_sizes (mutations.rightsizing); read by the dashboard and the API. One row per
+    subject, updated in place: when Prometheus cannot answer, state says so and the last good numbers stay,
+    with last_success_at telling how old they are.
+    """
+
+    class Kind(models.TextChoices):
+        PRESET = "preset"
+        MODEL = "model"
+        POLICY = "policy"
+
+    class State(models.TextChoices):
+        OK = "ok"
+        INSUFFICIENT = "insufficient"
+        PROMETHEUS_UNAVAILABLE = "prometheus-unavailable"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    name = models.CharField(max_length=253, help_text="The preset, the catalog model, or the policy's namespace.")
+    namespace = models.CharField(max_length=253, blank=True, help_text="For a policy default: the Pods' namespace.")
+    # A catalog model is recommended per context: the KV cache an engine needs to start depends on it.
+    context_tokens = models.PositiveIntegerField(
+        default=0, help_text="For a catalog model: the KV tokens its Pods were sized for (max-model-len x sequences).")
+    state = models.CharField(max_length=32, choices=State.choices)
+    message = models.TextField(blank=True, help_text="Why there is no recommendation, or what failed.")
+    basis = models.CharField(max_length=16, blank=True, help_text="memory, or kv-cache for preallocating engines.")
+    current_mib = models.PositiveIntegerField(default=0, help_text="The per-vGPU grant of the newest Pod sized.")
+    recommended_mib = models.PositiveIntegerField(null=True, blank=True)
+    direction = models.CharField(max_length=16, blank=True, help_text="smaller, larger or keep.")
+    confidence = models.CharField(max_length=16, default="none", help_text="none, low or high.")
+    max_model_len = models.PositiveIntegerField(null=True, blank=True,
+                                                help_text="A --max-model-len that fits the KV cache used.")
+    peak_mib = models.FloatField(null=True, blank=True)
+    percentile_mib = models.FloatField(null=True, blank=True)
+    pods = models.PositiveIntegerField(default=0)
+    samples = models.PositiveBigIntegerField(default=0)
+    hours = models.PositiveIntegerField(default=0)
+    window_days = models.PositiveSmallIntegerField(default=7)
+    evidence = models.JSONField(default=dict, blank=True,
+                                help_text="Queries, percentile, headroom, notes, KV and OOM figures, the hourly chart.")
+    computed_at = models.DateTimeField(help_text="When Prometheus was last asked (successfully or not).")
+    last_success_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["kind", "name", "namespace", "context_tokens"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "name", "namespace", "context_tokens"],
+                                    name="%(app_label)s_%(class)s_one_per_subject",
+                                    violation_error_message="one recommendation per kind, name, namespace and context"),
+        ]

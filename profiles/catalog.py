@@ -180,6 +180,8 @@ def policy_spec_from_row(row: NamespacePolicy, *, inherited: ResourceDefaults | 
         infer_from_serving=row.infer_from_serving,
         kv_cache_sequences=row.kv_cache_sequences,
         unknown_model=UnknownModel(row.unknown_model),
+        right_sizing=row.right_sizing,
+        right_sized_mib=row.right_sized_mib,
     )
 
 

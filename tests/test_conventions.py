@@ -27,6 +27,7 @@ LAYER_OF = {
     "mutations.dashboard": "operator pages",
     "mutations.impact": "operator pages",
     "mutations.management": "operator pages",
+    "mutations.rightsizing": "operator pages",  # reads the audit, the presets and Prometheus
     "mutations.templatetags": "operator pages",
     "profiles": "configuration",  # models, services, selectors, catalog, changes, quotas
     "profiles.admin": "operator pages",
@@ -140,6 +141,9 @@ def test_imports_run_one_way():
     ("mutations.webhook.services", "from ..dashboard.views import gib"),
     ("mutations.dashboard.views", "from mutations.webhook.views import mutate"),
     ("injector_site.platform.env", "from mutations.engine import Decision"),
+    # Nothing on the /mutate path reads Prometheus: right-sizing is an operator page.
+    ("mutations.webhook.services", "from mutations.rightsizing import PrometheusReader"),
+    ("mutations.engine.sizing", "from mutations.rightsizing.compute import kv_advice"),
 ])
 def test_an_import_against_the_direction_is_caught(module, source):
     assert violations(source, module), f"{module}: {source!r} should break the dependency rule"

@@ -3,10 +3,11 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from . import impact, views
+from . import impact, recommendations, views
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
 router.register("audit", views.AdmissionAuditViewSet, basename="audit")
+router.register("recommendations", recommendations.RecommendationViewSet, basename="recommendations")
 
 urlpatterns = [path("impact/", impact.ImpactView.as_view(), name="impact"), *router.urls]

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import changes, configuration, inventory, views
+from . import changes, configuration, inventory, recommendations, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -17,6 +17,7 @@ urlpatterns = [
     path("models/<path:name>/", configuration.language_model, name="model"),
     path("gpu-pools/", inventory.gpu_pools, name="gpu_pools"),
     path("gpu-pools/<str:name>/", inventory.gpu_pool, name="gpu_pool"),
+    path("recommendations/", recommendations.recommendations, name="recommendations"),
     path("changes/", changes.changes, name="changes"),
     path("changes/<int:change_id>/", changes.change, name="change"),
 ]

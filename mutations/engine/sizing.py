@@ -135,6 +135,7 @@ class _Decider:
             source = f"annotation {ANN_VGPU_MEMORY_PERCENTAGE}"
         elif preset is not None and memory_mib is None:
             memory_mib = preset.vgpu_memory_mib
+            memory_mib, source = self._right_sized(preset, memory_mib, source, serving)
         if memory_mib is None:
             raise Denial(
                 f"metadata.annotations[{ANN_PRESET}]",
@@ -158,6 +159,22 @@ class _Decider:
             resources = resources.overlaid_by(preset.resources)
         return Sizing(preset, source, memory_mib, cores, card, resources,
                       serving.container if serving else None, serving.explanation if serving else None, from_pool)
+
+    def _right_sized(self, preset: PresetSpec, memory_mib: int, source: str,
+                     serving: object | None) -> tuple[int, str]:
+        """With right-sizing apply, a Pod sized by the policy's default preset gets the right-sized size, and says so.
+
+        Only where the preset decided: a serving command's start-up need (or a Pod's own annotation) is never
+        replaced, so the size never goes below what the engine computed the server needs to start.
+        """
+        policy = self.policy
+        if (policy.right_sizing != "apply" or not policy.right_sized_mib or serving is not None
+                or not source.startswith("namespace policy ") or policy.right_sized_mib == memory_mib):
+            return memory_mib, source
+        self.warnings.append(
+            f"right-sizing (policy {policy.namespace}, apply): {policy.right_sized_mib} MiB per vGPU, not preset "
+            f"{preset.name}'s {memory_mib} MiB, from observed use")
+        return policy.right_sized_mib, f"{source}, right-sized from {memory_mib} MiB"
 
     def _serving_pod(self) -> ServingPod:
         return ServingPod(metadata=self.metadata, pinned_model=self._annotation(ANN_MODEL), leader=self.group_leader,

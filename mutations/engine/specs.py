@@ -193,6 +193,11 @@ class PolicySpec:
     # A serving engine that preallocates its memory (vLLM, SGLang, TGI) on a slice larger than the card's
     # physical memory (an oversubscribed pool): admitted with a warning when True, denied when False.
     allow_oversubscribed_serving: bool = False
+    # Right-sizing (mutations/rightsizing): "off", "recommend" (shown only) or "apply": Pods sized by this
+    # policy's default preset get right_sized_mib instead of the preset's size (recommend_sizes moves it
+    # toward the recommendation, a bounded step a week).
+    right_sizing: str = "off"
+    right_sized_mib: int | None = None
 
     @property
     def is_pattern(self) -> bool:

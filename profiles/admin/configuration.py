@@ -176,6 +176,18 @@ class PresetAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
     def allowed_in_policies_count(self, obj: WithAnnotations[Preset, _PolicyCounts]) -> int:
         return obj.allowed_in_policies_count
 
+    def get_object(self, request, object_id, from_field=None):
+        """On a GET from a right-sizing recommendation's Apply (?vgpu_memory_mib=N&recommendation=id): the form
+        shows the recommended size, unsaved, so the impact preview replays it before anyone saves."""
+        obj = super().get_object(request, object_id, from_field)
+        size = request.GET.get("vgpu_memory_mib", "")
+        if obj is not None and request.method == "GET" and size.isdigit() and int(size) > 0:
+            messages.info(request, f"vGPU memory filled in from recommendation {request.GET.get('recommendation', '')}"
+                                   f": {obj.vgpu_memory_mib:,} MiB now, {int(size):,} MiB recommended. Show the "
+                                   "impact below, then save (or leave without saving).")
+            obj.vgpu_memory_mib = int(size)
+        return obj
+
     def save_model(self, request, obj, form, change):
         preset_save(preset=obj)
 
@@ -198,7 +210,7 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
     search_fields = ["namespace", "description"]
     ordering = ["namespace"]
     filter_horizontal = ["allowed_presets"]
-    readonly_fields = ["created_at", "updated_at", "audit", "inherited"]
+    readonly_fields = ["created_at", "updated_at", "audit", "inherited", "right_sized_mib", "right_sized_at"]
     actions = ["preview_pod_action"]
     change_list_template = "admin/profiles/namespacepolicy/change_list.html"
     change_form_template = "admin/profiles/change_form_impact.html"
@@ -212,6 +224,11 @@ class NamespacePolicyAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelA
             "fields": ["infer_from_serving", "kv_cache_sequences", "unknown_model"],
             "description": "GPU Pods that name no size are sized from their inference server's command line and the "
                            "model catalog (docs/sizing.md).",
+        }),
+        ("Right-sizing", {
+            "fields": ["right_sizing", "right_sized_mib", "right_sized_at"],
+            "description": "From the Pods' observed use (README, \"Right-sizing\"); apply is bounded and new Pods "
+                           "only, and each Pod it sizes says so in its warning and audit row.",
         }),
         ("Volcano queue and priority", {
             "fields": ["default_queue", "allowed_queues", "priority_class"],

@@ -7,6 +7,7 @@ from django import forms
 from mutations.engine import UnknownModel
 
 from ..models import GpuModel, NamespacePolicy, Preset
+from ..models.policies import RIGHT_SIZING_MODES
 from ..services import (
     PodDocumentError,
     gpu_model_validate,
@@ -113,6 +114,12 @@ class NamespacePolicyForm(forms.ModelForm):
         help_text=NamespacePolicy._meta.get_field("unknown_model").help_text,
     )
 
+    # Left out of a form (an older client): off, the model's default.
+    right_sizing = forms.TypedChoiceField(
+        choices=[(r, r) for r in RIGHT_SIZING_MODES], required=False, empty_value="off", initial="off",
+        label="Right-sizing", help_text=NamespacePolicy._meta.get_field("right_sizing").help_text,
+    )
+
     class Meta:
         model = NamespacePolicy
         fields = [
@@ -120,7 +127,7 @@ class NamespacePolicyForm(forms.ModelForm):
             "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope", "cpu_request", "cpu_limit",
             "memory_request", "memory_limit", "deny_privileged", "default_queue", "allowed_queues",
             "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number", "infer_from_serving",
-            "kv_cache_sequences", "unknown_model", "allow_oversubscribed_serving",
+            "kv_cache_sequences", "unknown_model", "allow_oversubscribed_serving", "right_sizing",
         ]
 
     def _post_clean(self):

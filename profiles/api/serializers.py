@@ -141,10 +141,10 @@ class NamespacePolicySerializer(serializers.ModelSerializer):
             "max_vgpus_per_pod", "max_vgpu_memory_mib", "scheduler_name", "scheduler_scope",
             "cpu_request", "cpu_limit", "memory_request", "memory_limit", "inherited", "deny_privileged",
             "default_queue", "allowed_queues", "priority_class", "budget_vgpu_memory_gib", "budget_vgpu_number",
-            "infer_from_serving", "kv_cache_sequences", "unknown_model", "allow_oversubscribed_serving", "created_at",
-            "updated_at", "history",
+            "infer_from_serving", "kv_cache_sequences", "unknown_model", "allow_oversubscribed_serving",
+            "right_sizing", "right_sized_mib", "right_sized_at", "created_at", "updated_at", "history",
         ]
-        read_only_fields = ["created_at", "updated_at"]
+        read_only_fields = ["right_sized_mib", "right_sized_at", "created_at", "updated_at"]
         extra_kwargs = {"max_vgpu_memory_mib": {"error_messages": {"max_value": MEMORY_AT_MOST}}}
 
     def get_history(self, instance) -> str | None:

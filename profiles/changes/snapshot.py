@@ -4,6 +4,7 @@ stored state can be put back through the API's serializer: profiles.changes.rest
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -24,6 +25,8 @@ def name_field(model: type[models.Model]) -> str:
 def _json_value(value: Any) -> Any:
     if isinstance(value, Decimal):
         return f"{value.normalize():f}"
+    if isinstance(value, datetime):  # a policy's right_sized_at: as the REST API writes it
+        return value.isoformat().replace("+00:00", "Z")
     return value
 
 

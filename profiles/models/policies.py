@@ -12,6 +12,8 @@ from .presets import MEMORY_AT_MOST, Preset
 
 INHERITS = "Blank: the global policy's (*) value; none: no default here."
 
+RIGHT_SIZING_MODES = ("off", "recommend", "apply")
+
 
 class NamespacePolicy(TimestampedModel):
     """How the Pods of one namespace, or of namespaces matching a pattern, are treated."""
@@ -113,6 +115,19 @@ class NamespacePolicy(TimestampedModel):
                   "estimate, with a warning; deny refuses it until volcano-injector.io/model pins the model.",
     )
 
+    right_sizing = models.CharField(
+        max_length=16, choices=[(r, r) for r in RIGHT_SIZING_MODES], default="off",
+        help_text="Right-sizing from observed use: off; recommend (shown on the dashboard only); apply (Pods sized by "
+                  "the default preset get the right-sized size below, which recommend_sizes moves toward the "
+                  "recommendation by at most RIGHT_SIZING_STEP_PERCENT a week; new Pods only).",
+    )
+    right_sized_mib = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="With right-sizing apply: the per-vGPU MiB Pods sized by the default preset get (set by "
+                  "recommend_sizes; empty: the preset's).",
+    )
+    right_sized_at = models.DateTimeField(null=True, blank=True, help_text="When recommend_sizes last moved it.")
+
     class Meta:
         ordering = ["namespace"]
         verbose_name_plural = "namespace policies"
@@ -141,6 +156,11 @@ class NamespacePolicy(TimestampedModel):
                 condition=Q(scheduler_scope__in=[s.value for s in SchedulerScope]),
                 name="%(app_label)s_%(class)s_scheduler_scope_valid",
                 violation_error_message="Scheduler scope must be gpu-pods or all-pods.",
+            ),
+            models.CheckConstraint(
+                condition=Q(right_sizing__in=RIGHT_SIZING_MODES),
+                name="%(app_label)s_%(class)s_right_sizing_valid",
+                violation_error_message="Right-sizing must be off, recommend or apply.",
             ),
             models.CheckConstraint(
                 condition=Q(unknown_model__in=[u.value for u in UnknownModel]),

@@ -36,6 +36,7 @@ COMPONENT_COMBINATIONS = [
     ("components/serving-groups",),
     ("components/policy-reports",),
     ("components/policy-reports", "components/cloudnative-pg"),
+    ("components/rightsizing",),
 ]
 TRIAL_COMPONENT_COMBINATIONS = [
     ("components/quotas",),

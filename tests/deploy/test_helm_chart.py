@@ -58,6 +58,7 @@ BUILD_VALUES: dict[str, list[dict]] = {
     "overlays/trial+quotas": [TRIAL, {"quotas": {"enabled": True}}],
     "overlays/production+gpu-inventory": [PRODUCTION, {"gpuInventory": {"enabled": True}}],
     "overlays/production+serving-groups": [PRODUCTION, {"servingGroups": {"enabled": True}}],
+    "overlays/production+rightsizing": [PRODUCTION, {"rightSizing": {"enabled": True}}],
 }
 # Every switch values.yaml documents, on its own.
 SWITCHES = {
@@ -78,6 +79,7 @@ SWITCHES = {
     "quotas": {"quotas": {"enabled": True}},
     "policy reports": {"policyReports": {"enabled": True}},
     "GPU inventory": {"gpuInventory": {"enabled": True}},
+    "right-sizing": {"rightSizing": {"enabled": True, "prometheusURL": "https://prometheus.example:9090"}},
     "serving groups": {"servingGroups": {"enabled": True}},
     "no autoscaler, PDB or NetworkPolicy": {"autoscaling": {"enabled": False},
                                             "podDisruptionBudget": {"enabled": False},

@@ -38,6 +38,7 @@ BUILD_NAMES = [
     "overlays/production+quotas+cloudnative-pg",
     "overlays/production+serving-groups",
     "overlays/production+policy-reports",
+    "overlays/production+rightsizing",
 ]
 QUOTA_BUILDS = ["overlays/production+quotas", "overlays/trial+quotas", "overlays/production+quotas+cloudnative-pg"]
 QUOTA_JOB = "volcano-injector-quotas"
@@ -847,3 +848,15 @@ def test_managed_overlay_as_shipped_admits_a_documentation_range_until_the_opera
     # 192.0.2.0/24 (RFC 5737) matches no host: nothing reaches the webhook until WEBHOOK_SOURCE_CIDR is set,
     # and the opt-out (0.0.0.0/0) is a change the operator makes knowingly (deploy/README.md).
     assert webhook_sources(builds["overlays/production-managed"]) == [{"ipBlock": {"cidr": "192.0.2.0/24"}}]
+
+
+def test_rightsizing_job_runs_recommend_sizes_daily_without_api_access(builds):
+    objects = builds["overlays/production+rightsizing"]
+    job = find_object(objects, "CronJob", "volcano-injector-rightsizing")
+    spec = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert container["command"] == ["python", "manage.py", "recommend_sizes"]
+    assert container["image"] == injector_container(objects)["image"]
+    assert spec["automountServiceAccountToken"] is False and "serviceAccountName" not in spec
+    assert {e["name"] for e in container["env"]} >= {"DJANGO_SECRET_KEY_FILE", "DATABASE_URL_FILE", "PROMETHEUS_URL"}
+    assert job["spec"]["concurrencyPolicy"] == "Forbid"

@@ -111,7 +111,9 @@ spec:
             {{- include "vi.configChecksum" $root | nindent 12 }}
         spec:
           restartPolicy: Never
-          serviceAccountName: {{ .serviceAccount }}
+          {{- with .serviceAccount }}
+          serviceAccountName: {{ . }}
+          {{- end }}
           automountServiceAccountToken: false
           enableServiceLinks: false
           {{- with $root.Values.imagePullSecrets }}
@@ -130,6 +132,10 @@ spec:
                     name: {{ include "vi.name" $root }}-config
               env:
                 {{- include "vi.secretEnv" $root | nindent 16 }}
+                {{- range .extraEnv }}
+                - name: {{ .name }}
+                  value: {{ .value | quote }}
+                {{- end }}
               securityContext:
                 {{- include "vi.containerSecurity" $root | nindent 16 }}
               resources:

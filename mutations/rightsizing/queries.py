@@ -1,0 +1,90 @@
+"""The PromQL the right-sizing reports run: which metrics, under which label names, over which ranges.
+
+Every query reads a range ending at the evaluation time (max_over_time, quantile_over_time, count_over_time,
+increase over the whole window); none reads a single sample, which near the data's end would be Prometheus'
+five-minute lookback, not the use. Sources are in the order they are tried: the first that has series for a
+group's Pods is read (a cluster runs one generation of HAMi's monitor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricSource:
+    """A metric and the labels that name a Pod's namespace and name on it."""
+
+    metric: str
+    namespace_label: str
+    pod_label: str
+    what: str
+
+    def selector(self, namespace: str, pod_regex: str, extra: str = "") -> str:
+        return (f'{self.metric}{{{self.namespace_label}="{namespace}",{self.pod_label}=~"{pod_regex}"'
+                f'{"," + extra if extra else ""}}}')
+
+    @property
+    def by(self) -> str:
+        return f"{self.namespace_label},{self.pod_label}"
+
+
+# HAMi's vGPU monitor (the device plugin's), per container and vGPU, in bytes (Project-HAMi/HAMi
+# cmd/vGPUmonitor/metrics.go). The first generation labels the Pod podnamespace/podname; the newer
+# hami_vgpu_memory_used_bytes carries namespace/pod, which a scrape without honor_labels renames to
+# exported_namespace/exported_pod.
+MEMORY_SOURCES = (
+    MetricSource("vGPU_device_memory_usage_in_bytes", "podnamespace", "podname", "HAMi vGPU monitor"),
+    MetricSource("hami_vgpu_memory_used_bytes", "exported_namespace", "exported_pod", "HAMi vGPU monitor"),
+    MetricSource("hami_vgpu_memory_used_bytes", "namespace", "pod", "HAMi vGPU monitor"),
+)
+
+# Serving engines' KV-cache use, 0-1, labelled by the scrape with the Pod's namespace and name. vLLM renamed
+# gpu_cache_usage_perc to kv_cache_usage_perc (V1 engine); SGLang's token_usage is the KV pool's use.
+KV_SOURCES = (
+    MetricSource("vllm:kv_cache_usage_perc", "namespace", "pod", "vLLM"),
+    MetricSource("vllm:gpu_cache_usage_perc", "namespace", "pod", "vLLM"),
+    MetricSource("sglang:token_usage", "namespace", "pod", "SGLang"),
+)
+PREEMPTIONS = MetricSource("vllm:num_preemptions_total", "namespace", "pod", "vLLM")
+WAITING_SOURCES = (
+    MetricSource("vllm:num_requests_waiting", "namespace", "pod", "vLLM"),
+    MetricSource("sglang:num_queue_reqs", "namespace", "pod", "SGLang"),
+)
+# kube-state-metrics: 1 while a container's last termination was an out-of-memory kill.
+OOM_KILLS = MetricSource("kube_pod_container_status_last_terminated_reason", "namespace", "pod", "kube-state-metrics")
+
+BYTES_PER_MIB = 1024 * 1024
+
+
+def pod_regex(names: list[str], prefixes: list[str]) -> str:
+    """An RE2 alternation (PromQL string) matching the Pods: exact names, and generateName prefixes + any suffix."""
+    parts = sorted({_escaped(n) for n in names} | {_escaped(p) + ".*" for p in prefixes})
+    return "|".join(parts)
+
+
+def _escaped(name: str) -> str:
+    # Pod names are lowercase letters, digits, '-' and '.': only the dot means something to RE2, and the
+    # backslash is doubled for PromQL's double-quoted string.
+    return name.replace(".", "\\\\.")
+
+
+def peak(source: MetricSource, selector: str, window: str) -> str:
+    return f"max by ({source.by}) (max_over_time({selector}[{window}]))"
+
+
+def percentile(source: MetricSource, selector: str, window: str, quantile: float) -> str:
+    return f"max by ({source.by}) (quantile_over_time({quantile:g}, {selector}[{window}]))"
+
+
+def samples(source: MetricSource, selector: str, window: str) -> str:
+    return f"sum by ({source.by}) (count_over_time({selector}[{window}]))"
+
+
+def hourly_peak(source: MetricSource, selector: str) -> str:
+    """For a range query at a step of one hour: each hour's peak per Pod (the chart, and the hours covered)."""
+    return f"max by ({source.by}) (max_over_time({selector}[1h]))"
+
+
+def increase(source: MetricSource, selector: str, window: str) -> str:
+    return f"sum by ({source.by}) (increase({selector}[{window}]))"

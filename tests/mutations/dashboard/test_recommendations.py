@@ -1,0 +1,58 @@
+"""The right-sizing page: each recommendation with its evidence and chart, Apply for a preset, Prometheus' state."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from mutations.models import SizeRecommendation
+from profiles.models import Preset
+
+pytestmark = pytest.mark.django_db
+
+
+QUERY = 'quantile_over_time(0.99, vGPU_device_memory_usage_in_bytes{podnamespace="batch"}[7d])'
+
+
+def recommendation(**fields) -> SizeRecommendation:
+    values = {"kind": "preset", "name": "batch-16g", "state": "ok", "basis": "memory", "current_mib": 16_384,
+              "recommended_mib": 4_352, "direction": "smaller", "confidence": "high", "pods": 3, "samples": 4_500,
+              "hours": 50, "window_days": 7, "peak_mib": 3_584, "percentile_mib": 3_580,
+              "computed_at": timezone.now(), "last_success_at": timezone.now(),
+              "evidence": {"queries": [QUERY],
+                           "quantile": 0.99, "headroom_percent": 15, "notes": ["p99 3,580 MiB + 15 % headroom"],
+                           "memory_chart_mib": [[0, 2600], [3600, 3584], [7200, 3000]],
+                           "card": {"card": "L4", "oversubscription_ratio": 2.0, "pods_per_card_now": 2,
+                                    "pods_per_card_recommended": 10, "host_memory_risk": "10 Pods a card need more"}}}
+    values.update(fields)
+    return SizeRecommendation.objects.create(**values)
+
+
+def test_lists_each_recommendation_with_its_evidence_chart_and_apply(staff_client):
+    preset = Preset.objects.create(name="batch-16g", vgpu_memory_mib=16_384)
+    row = recommendation()
+    recommendation(kind="model", name="Llama-3.1-8B-Instruct", basis="kv-cache", direction="larger",
+                   recommended_mib=30_720, current_mib=24_576, peak_mib=None, percentile_mib=None,
+                   evidence={"kv_peak": 1.0, "preemptions": 150, "kv_chart": [[0, 0.9], [3600, 1.0]],
+                             "headroom_percent": 15})
+    page = staff_client.get("/dashboard/recommendations/").content.decode()
+    assert "4352 MiB</strong> smaller" in page and "3 Pods, 4500 samples, 50 h of 7 days" in page
+    assert "quantile_over_time(0.99, vGPU_device_memory_usage_in_bytes" in page
+    assert page.count('<svg class="sparkline"') == 2
+    assert f'href="/admin/profiles/preset/{preset.pk}/change/?vgpu_memory_mib=4352&amp;recommendation={row.pk}"' in page
+    assert "KV cache peak 100 %, 150 preemptions" in page
+    assert "L4, oversubscription 2.0:\n          2 Pods a card now, 10 at the recommended size;" in page
+    assert "<strong>host-memory risk</strong>: 10 Pods a card need more" in page
+
+
+def test_says_when_prometheus_could_not_be_read(staff_client):
+    recommendation(state="prometheus-unavailable",
+                   message="Prometheus at http://prom:9090 is unreachable; the recommendation shown is the last one")
+    page = staff_client.get("/dashboard/recommendations/?kind=preset").content.decode()
+    assert 'role="alert">Prometheus could not be read: Prometheus at http://prom:9090 is unreachable' in page
+    assert "4352 MiB" in page  # the last result kept
+
+
+def test_needs_the_audit_permission(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("viewer", password="pw-for-tests-only", is_staff=True))
+    assert client.get("/dashboard/recommendations/").status_code == 403

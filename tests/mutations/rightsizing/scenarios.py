@@ -1,0 +1,99 @@
+"""The history the right-sizing tests share: Pods the audit says were sized, and their use in Prometheus:
+batch Pods far below their grant, vLLM servers idle or preempting, an hour-old group, an OOM kill."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from mutations.engine.annotations import ANN_PRESET
+from mutations.models import SizeRecommendation
+from mutations.rightsizing import PrometheusConfig, PrometheusReader, Thresholds, recommendations_refresh
+from tests.support.audit import audit_row
+
+from .history import GIB, History
+
+NOW = math.floor(time.time() / 60) * 60
+HOURS = 50
+THRESHOLDS = Thresholds(headroom_percent=15, quantile=0.99, min_hours=24, min_pods=2)
+MIB = 1024 * 1024
+# What the engine's serving sizing wrote for a vLLM container (inference.py's explanation).
+QWEN_SIZING = {"engine": "vllm", "model": "Qwen/Qwen2.5-7B-Instruct", "matched": "Qwen2.5-7B-Instruct",
+               "weights_mib": 14_540, "activation_mib": 1_000, "overhead_mib": 1_500, "kv_cache_mib": 1_792,
+               "kv_tokens": 32_768, "memory_fraction": 0.9, "per_card_mib": 20_800}
+LLAMA_SIZING = {**QWEN_SIZING, "model": "meta-llama/Llama-3.1-8B-Instruct", "matched": "Llama-3.1-8B-Instruct",
+                "weights_mib": 15_320, "kv_cache_mib": 4_096}
+
+
+def wave(low: float, high: float):
+    """A daily cycle between low and high."""
+    return lambda hour: low + (high - low) * (0.5 + 0.5 * math.sin(hour / 24 * 2 * math.pi))
+
+
+def history() -> History:
+    found = History(end=NOW - 60)
+    for pod in ("train-a", "train-b", "train-c"):  # the first generation of HAMi's monitor
+        found.add("vGPU_device_memory_usage_in_bytes",
+                  {"podnamespace": "batch", "podname": pod, "ctrname": "main", "vdeviceid": "0"},
+                  wave(2.5 * GIB, 3.5 * GIB), hours=HOURS)
+    for pod in ("qwen-7b-5d9f-abcde", "qwen-7b-5d9f-fghij"):  # newer names, scraped without honor_labels
+        labels = {"namespace": "chat", "pod": pod}
+        found.add("hami_vgpu_memory_used_bytes",
+                  {"exported_namespace": "chat", "exported_pod": pod, "exported_container": "vllm"},
+                  lambda hour: 0.9 * 40 * GIB, hours=HOURS)  # the whole grant: it preallocates
+        found.add("vllm:kv_cache_usage_perc", labels, wave(0.01, 0.08), hours=HOURS)
+        found.add("vllm:num_preemptions_total", labels, lambda hour: 0.0, hours=HOURS)
+    for pod in ("llama-8b-0", "llama-8b-1"):
+        labels = {"namespace": "chat", "pod": pod}
+        found.add("vllm:gpu_cache_usage_perc", labels, wave(0.9, 1.0), hours=HOURS)  # vLLM's older name
+        found.add("vllm:num_preemptions_total", labels, lambda hour: float(int(hour * 3)), hours=HOURS)
+        found.add("vllm:num_requests_waiting", labels, wave(0, 6), hours=HOURS)
+    for pod in ("fresh-a", "fresh-b"):
+        found.add("vGPU_device_memory_usage_in_bytes",
+                  {"podnamespace": "fresh", "podname": pod, "ctrname": "main", "vdeviceid": "0"},
+                  lambda hour: 1 * GIB, hours=1)
+    for pod in ("etl-a", "etl-b"):
+        found.add("vGPU_device_memory_usage_in_bytes",
+                  {"podnamespace": "etl", "podname": pod, "ctrname": "main", "vdeviceid": "0"},
+                  wave(1 * GIB, 2 * GIB), hours=HOURS)
+    found.add("kube_pod_container_status_last_terminated_reason",
+              {"namespace": "etl", "pod": "etl-b", "container": "main", "reason": "OOMKilled"},
+              lambda hour: 1.0 if hour > 30 else 0.0, hours=HOURS)
+    return found
+
+
+def sized_pods() -> None:
+    """The audit rows of the Pods above: who sized them, and with what."""
+    for pod in ("train-a", "train-b", "train-c"):
+        audit_row(namespace="batch", pod_name=pod, generate_name="", preset_name="batch-16g",
+                  source=f"annotation {ANN_PRESET}", vgpu_memory_mib=16_384,
+                  containers=[{"container": "main", "vgpu_number": 1, "vgpu_memory_mib": 16_384}])
+    for _ in range(2):
+        audit_row(namespace="chat", generate_name="qwen-7b-5d9f-", preset_name="",
+                  source="serving command: vllm serving Qwen/Qwen2.5-7B-Instruct (catalog Qwen2.5-7B-Instruct)",
+                  vgpu_memory_mib=40_960,
+                  containers=[{"container": "vllm", "vgpu_number": 1, "vgpu_memory_mib": 40_960,
+                               "sizing": QWEN_SIZING}])
+    for pod in ("llama-8b-0", "llama-8b-1"):
+        audit_row(namespace="chat", pod_name=pod, generate_name="", preset_name="",
+                  source="serving command: vllm serving meta-llama/Llama-3.1-8B-Instruct",
+                  vgpu_memory_mib=24_576,
+                  containers=[{"container": "vllm", "vgpu_number": 1, "vgpu_memory_mib": 24_576,
+                               "sizing": LLAMA_SIZING}])
+    for pod in ("fresh-a", "fresh-b"):
+        audit_row(namespace="fresh", pod_name=pod, generate_name="", preset_name="batch-fresh",
+                  source=f"annotation {ANN_PRESET}", vgpu_memory_mib=8_192,
+                  containers=[{"container": "main", "vgpu_number": 1, "vgpu_memory_mib": 8_192}])
+    for pod in ("etl-a", "etl-b"):
+        audit_row(namespace="etl", pod_name=pod, generate_name="", preset_name="etl-4g", policy_name="etl",
+                  source="namespace policy etl", vgpu_memory_mib=4_096,
+                  containers=[{"container": "main", "vgpu_number": 1, "vgpu_memory_mib": 4_096}])
+
+
+def refreshed(prometheus) -> dict[tuple[str, str], SizeRecommendation]:
+    sized_pods()
+    reader = PrometheusReader(PrometheusConfig(url=prometheus.url, timeout_seconds=20))
+    rows = recommendations_refresh(days=3, reader=reader, thresholds=THRESHOLDS, at=NOW)
+    return {(row.kind, row.name): row for row in rows}
+
+

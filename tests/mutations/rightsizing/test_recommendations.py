@@ -1,0 +1,96 @@
+"""Recommendations from a real Prometheus whose TSDB holds generated history (scenarios.py) of the Pods the
+audit says were sized."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from mutations.models import SizeRecommendation
+from mutations.rightsizing import PrometheusConfig, PrometheusReader, recommendations_refresh
+from profiles.models import GpuModel, Preset
+
+from .scenarios import NOW, THRESHOLDS, refreshed
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.django_db
+def test_batch_pods_far_below_their_grant_get_a_smaller_size(prometheus):
+    row = refreshed(prometheus)[("preset", "batch-16g")]
+    assert (row.state, row.basis, row.direction) == ("ok", "memory", "smaller")
+    assert row.recommended_mib == 4_352  # p99 ~3,580 MiB + 15 % = 4,118, rounded up to 256 MiB: not 16 GiB
+    assert row.pods == 3 and row.hours >= 48 and row.confidence in ("low", "high")
+    assert row.peak_mib == pytest.approx(3.5 * 1024, rel=0.01)
+    assert any("quantile_over_time(0.99, vGPU_device_memory_usage_in_bytes" in q for q in row.evidence["queries"])
+    assert len(row.evidence["memory_chart_mib"]) >= 48
+
+
+@pytest.mark.django_db
+def test_an_idle_vllm_group_using_its_whole_grant_gets_a_kv_cache_based_size(prometheus):
+    row = refreshed(prometheus)[("model", "Qwen2.5-7B-Instruct")]
+    assert (row.state, row.basis, row.direction) == ("ok", "kv-cache", "smaller")
+    # weights + activations + overhead (17,040 MiB) + the start-up KV need (1,792 MiB) over 0.9, not 40 GiB
+    assert 20_480 <= row.recommended_mib <= 21_504
+    assert row.pods == 2 and row.evidence["kv_metric"] == "vllm:kv_cache_usage_perc"
+    assert row.context_tokens == 32_768  # a catalog model is recommended per context
+    assert row.evidence["kv_peak"] == pytest.approx(0.08, abs=0.005)
+    assert "memory use is not read" in " ".join(row.evidence["notes"])
+
+
+@pytest.mark.django_db
+def test_a_preempting_vllm_group_gets_a_larger_size(prometheus):
+    row = refreshed(prometheus)[("model", "Llama-3.1-8B-Instruct")]
+    assert (row.state, row.basis, row.direction) == ("ok", "kv-cache", "larger")
+    assert row.recommended_mib == 30_720
+    assert row.evidence["kv_metric"] == "vllm:gpu_cache_usage_perc"
+    assert row.evidence["preemptions"] > 100
+
+
+@pytest.mark.django_db
+def test_an_hour_of_data_gets_no_recommendation(prometheus):
+    row = refreshed(prometheus)[("preset", "batch-fresh")]
+    assert (row.state, row.recommended_mib, row.confidence) == ("insufficient", None, "none")
+    assert "too little data" in row.message and "24 h" in row.message
+
+
+@pytest.mark.django_db
+def test_an_out_of_memory_kill_raises_the_size(prometheus):
+    rows = refreshed(prometheus)
+    row = rows[("preset", "etl-4g")]
+    assert (row.direction, row.recommended_mib) == ("larger", 5_120)
+    assert row.evidence["oom_pods"] == 1
+    assert rows[("policy", "etl")].recommended_mib == 5_120  # the namespace policy's default: the same Pods
+
+
+@pytest.mark.django_db
+def test_prometheus_down_says_so_and_keeps_the_last_result(prometheus):
+    before = refreshed(prometheus)[("preset", "batch-16g")].recommended_mib
+    dead = PrometheusReader(PrometheusConfig(url="http://127.0.0.1:9", timeout_seconds=2))
+    rows = {(r.kind, r.name): r for r in recommendations_refresh(days=3, reader=dead, thresholds=THRESHOLDS, at=NOW)}
+    row = SizeRecommendation.objects.get(kind="preset", name="batch-16g")
+    assert rows[("preset", "batch-16g")].state == row.state == "prometheus-unavailable"
+    assert "Prometheus at http://127.0.0.1:9 is unreachable" in row.message
+    assert "last one computed" in row.message
+    assert row.recommended_mib == before and row.last_success_at is not None
+
+
+@pytest.mark.django_db
+def test_the_cards_oversubscription_shows_how_many_more_pods_fit_and_the_host_memory_risk(prometheus):
+    card = GpuModel.objects.create(name="L4", memory_mib=46_080, physical_memory_mib=23_040, match="L4")
+    Preset.objects.create(name="batch-16g", vgpu_memory_mib=16_384, gpu_model=card)
+    fit = refreshed(prometheus)[("preset", "batch-16g")].evidence["card"]
+    assert (fit["card"], fit["oversubscription_ratio"]) == ("L4", 2.0)  # devicememoryscaling 2
+    assert (fit["pods_per_card_now"], fit["pods_per_card_recommended"]) == (2, 10)
+    assert "10 Pods a card at their observed peak (3,584 MiB each) need 35,840 MiB, more than the card's 23,040" \
+        in fit["host_memory_risk"]
+
+
+@pytest.mark.django_db
+def test_a_subject_that_sized_no_pod_in_the_window_has_nothing_recommended(prometheus):
+    SizeRecommendation.objects.create(kind="preset", name="retired-8g", state="ok", current_mib=8_192,
+                                      recommended_mib=4_096, direction="smaller", confidence="high",
+                                      computed_at=timezone.now())
+    refreshed(prometheus)
+    row = SizeRecommendation.objects.get(name="retired-8g")
+    assert (row.state, row.recommended_mib, row.message) == ("insufficient", None, "no Pods sized in the last 3 days")
