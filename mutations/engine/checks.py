@@ -11,7 +11,7 @@ from .annotations import MAX_VGPU_MEMORY_MIB
 from .denial import Denial
 from .pod import CONTAINER_LISTS, Container, resource_map
 from .quantity import QuantityError, parse_quantity
-from .specs import VGPU_CORES, VGPU_MEMORY, VGPU_NUMBER, JsonObject, PolicySpec
+from .specs import VGPU_CORES, VGPU_MEMORY, VGPU_NUMBER, Catalog, JsonObject, PolicySpec
 from .words import count_of
 
 # More containers than any real Pod has; a bound on what one admission walks, patches and audits.
@@ -147,8 +147,10 @@ def _host_paths_check(spec: JsonObject, policy: PolicySpec) -> list[Denial]:
     return found
 
 
-def policy_limit_violations(*, gpu_containers: list[Container], policy: PolicySpec) -> list[Denial]:
-    """vGPU values Volcano cannot read (raised at once), and every limit of the policy the Pod goes past."""
+def policy_limit_violations(*, gpu_containers: list[Container], policy: PolicySpec,
+                            catalog: Catalog | None = None) -> list[Denial]:
+    """vGPU values Volcano cannot read (raised at once), memory per vGPU above every card of `catalog`, and every
+    limit of the policy the Pod goes past."""
     regular, init = 0, 0
     found: list[Denial] = []
     for container in gpu_containers:
@@ -173,6 +175,15 @@ def policy_limit_violations(*, gpu_containers: list[Container], policy: PolicySp
                 "use a whole number 0-100 (100 is the whole card)", rule="volcano.value",
                 fix=f"set {VGPU_CORES} to a whole number 0-100",
             )
+        largest = catalog.card_short_of(memory) if catalog is not None and memory is not None else None
+        if largest is not None:  # written in the Pod's limits: sizing.py checked the memory it decided itself
+            found.append(Denial(
+                f"{container.path}.resources.limits[{VGPU_MEMORY}]",
+                f"container {container.name!r} asks for {memory:,} MiB per vGPU, more than the largest known card "
+                f"({largest.name}) has ({largest.memory_mib:,} MiB)", rule="gpu.card_memory",
+                fix=f"set {VGPU_MEMORY} of container {container.name!r} to at most {largest.memory_mib} MiB, or ask "
+                    "for more vGPUs with less memory each",
+            ))
         cap = policy.max_vgpu_memory_mib
         if cap is not None and memory is not None and memory > cap:
             found.append(Denial(

@@ -18,6 +18,7 @@ RULES = {
     "annotation.value": "an annotation's value must be one volcano-injector accepts",
     "gpu.fraction": "a fractional GPU needs a known GPU model to size it",
     "gpu.card_memory": "a vGPU cannot have more memory than its card",
+    "preset.card_memory": "a preset must give no more memory per vGPU than a card has (the operator fixes it)",
     "volcano.value": "vGPU values must be ones Volcano's scheduler can read",
     "pod.shape": "the Pod must have a shape volcano-injector can convert",
     "cluster.shape": "the Pod's vGPU shape must fit a GPU node it can be scheduled on",
@@ -35,10 +36,12 @@ class Denial(Exception):
     """
 
     def __init__(self, field: str, message: str, *, rule: str = "pod.shape", policy: str | None = None,
-                 fix: str | None = None):
+                 fix: str | None = None, detail: str | None = None):
         super().__init__(message)
         self.field = field
         self.message = message
+        # How a number in the message adds up: kept in the audit row's explanation, not in the first line.
+        self.detail = detail
         self.rule = rule
         self.policy = policy
         self.fix = fix

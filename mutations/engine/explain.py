@@ -18,7 +18,8 @@ from .annotations import (
     model_size_parse,
 )
 from .denial import RULES, Denial
-from .sizing import DEFAULT_DTYPE, DTYPE_BYTES, estimate_model_vram_mib
+from .fixes import SIZE_RULES, VerifiedFix
+from .sizing import DEFAULT_DTYPE
 from .specs import ANNOTATION_PREFIX, BUILTIN_POLICY, GPU_RESOURCE, Catalog, JsonObject, PolicySpec
 
 # The annotations that say what a Pod author asked for, in the order they read them.
@@ -27,25 +28,31 @@ _ASKING_ANNOTATIONS = (ANN_MODEL_SIZE, ANN_MODEL_DTYPE, ANN_PRESET, ANN_GPU_TYPE
 # The summary the API server shows is kept short enough to read in a terminal.
 SUMMARY_MAX_CHARS = 1500
 SUMMARY_VIOLATIONS = 3
-_MAX_PRESETS_SUGGESTED = 3
 # Violations kept (a Pod of 100 privileged containers breaks the same rule 100 times); the rest are counted.
 MAX_VIOLATIONS = 20
-_QUANTIZED_DTYPES = ("fp8", "int4")
 
 
-def denial_explain(denial: Denial, *, pod: object, policy: PolicySpec, catalog: Catalog) -> JsonObject:
-    """The explanation of a denial (every violation it carries), as the audit row and the preview keep it."""
+def denial_explain(denial: Denial, *, pod: object, policy: PolicySpec, catalog: Catalog,
+                   verified: list[VerifiedFix] | None = None) -> JsonObject:
+    """The explanation of a denial (every violation it carries), as the audit row and the preview keep it.
+    `verified`: for a size denial, the fixes the engine admitted (fixes.py), best first; they replace the size
+    rules' own advice, which nothing checked."""
     annotations = _annotations(pod)
     policy_name = None if policy is BUILTIN_POLICY else policy.namespace
     sizing = denial.sizing
     violations, fixes = [], []
     for violation in denial.violations[:MAX_VIOLATIONS]:
-        own_fixes = _fixes(violation, annotations=annotations, policy=policy, catalog=catalog)
+        if verified is not None and violation.rule in SIZE_RULES:
+            own_fixes = [fix.text for fix in verified] + _operator_fixes(violation, annotations=annotations,
+                                                                        policy=policy, catalog=catalog)
+        else:
+            own_fixes = _fixes(violation, annotations=annotations, policy=policy, catalog=catalog)
         violations.append({
             "rule": violation.rule,
             "rule_text": RULES.get(violation.rule, violation.rule),
             "field": violation.field,
             "message": violation.message,
+            "detail": violation.detail,
             "policy": violation.policy if violation.policy != BUILTIN_POLICY.namespace else None,
             "fixes": own_fixes,
         })
@@ -62,6 +69,7 @@ def denial_explain(denial: Denial, *, pod: object, policy: PolicySpec, catalog: 
         "more_violations": max(0, len(denial.violations) - MAX_VIOLATIONS),
         "policy": policy_name,
         "preset": preset or None,
+        "verified_fixes": [fix.as_dict() for fix in verified or ()],
     }
     explanation["summary"] = _summary(explanation)
     return explanation
@@ -118,42 +126,30 @@ def _origin(sizing: object, annotations: JsonObject) -> str | None:
 
 
 def _fixes(violation: Denial, *, annotations: JsonObject, policy: PolicySpec, catalog: Catalog) -> list[str]:
-    if violation.rule == "policy.max_vgpu_memory_mib":
-        return _memory_cap_fixes(annotations=annotations, policy=policy, catalog=catalog)
+    """The fixes of a violation that is not about size (those are searched and verified: fixes.py)."""
     fixes = [violation.fix] if violation.fix else []
-    if violation.rule == "policy.max_vgpus_per_pod":
-        fixes.append(f"ask your cluster operator to raise max_vgpus_per_pod of namespace policy {policy.namespace!r}")
     if violation.rule == "policy.deny_privileged" and violation.fix:
         fixes.append("if the Pod must see every GPU, ask your cluster operator for a namespace whose policy "
                      "does not deny it (deny_privileged off)")
     return fixes
 
 
-def _memory_cap_fixes(*, annotations: JsonObject, policy: PolicySpec, catalog: Catalog) -> list[str]:
-    """What fits under the policy's memory per vGPU: allowed presets, a quantized model, or a wider policy."""
-    cap = policy.max_vgpu_memory_mib or 0
-    usable = [p for p in catalog.presets.values() if p.enabled and policy.allows(p.name)]
-    fitting = sorted((p for p in usable if p.vgpu_memory_mib <= cap), key=lambda p: (-p.vgpu_memory_mib, p.name))
+def _operator_fixes(violation: Denial, *, annotations: JsonObject, policy: PolicySpec,
+                    catalog: Catalog) -> list[str]:
+    """What only the cluster operator can change for a size denial (the Pod's own fixes are verified apart)."""
+    if violation.rule == "preset.card_memory":
+        return [violation.fix] if violation.fix else []
+    if violation.rule == "policy.max_vgpus_per_pod":
+        return [f"ask your cluster operator to raise max_vgpus_per_pod of namespace policy {policy.namespace!r}"]
+    if violation.rule != "policy.max_vgpu_memory_mib":
+        return []
     fixes = []
-    names = ", ".join(f"{p.name} ({p.vgpu_memory_mib} MiB)" for p in fitting[:_MAX_PRESETS_SUGGESTED])
     size_b = _model_size(annotations)
-    if size_b is None and names:
-        fixes.append(f"set {ANN_PRESET} to a preset that fits: {names}")
     if size_b is not None:
-        for dtype in _QUANTIZED_DTYPES:
-            need = estimate_model_vram_mib(size_b, DTYPE_BYTES[dtype])
-            if need <= cap:
-                fixes.append(f"serve a quantized model: {ANN_MODEL_DTYPE}: {dtype} needs about {need} MiB")
-                break
         serving = sorted(p.name for p in catalog.presets.values()
                          if p.enabled and not policy.allows(p.name) and p.serves_model_size(size_b))
-        for name in serving[:1]:
-            fixes.append(f"preset {name!r} serves this model size but namespace policy {policy.namespace!r} does "
-                         "not allow it: ask your cluster operator to allow it")
-    if size_b is not None and names:
-        fixes.append(f"for a smaller model, set {ANN_PRESET} to a preset that fits: {names}")
-    fixes.append(f"ask for more GPUs with at most {cap} MiB each ({ANN_VGPU_MEMORY}: {cap} and {GPU_RESOURCE}: 2 "
-                 "or more, with tensor parallelism)")
+        fixes += [f"preset {name!r} serves this model size but namespace policy {policy.namespace!r} does not allow "
+                  "it: ask your cluster operator to allow it" for name in serving[:1]]
     fixes.append(f"ask your cluster operator to raise max_vgpu_memory_mib of namespace policy {policy.namespace!r}")
     return fixes
 
@@ -173,7 +169,7 @@ def _summary(explanation: JsonObject) -> str:
     violations = explanation["violations"]
     shown = violations[:SUMMARY_VIOLATIONS]
     total = len(violations) + explanation["more_violations"]
-    memory_rules = {"policy.max_vgpu_memory_mib", "gpu.card_memory"}
+    memory_rules = {"policy.max_vgpu_memory_mib", "gpu.card_memory", "cluster.shape"}
     messages = [v["message"] + (f" (from {explanation['origin']})"
                                 if explanation["origin"] and v["rule"] in memory_rules else "")
                 for v in shown]

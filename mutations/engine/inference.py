@@ -10,13 +10,13 @@ worked example: docs/sizing.md.
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 from .annotations import ANN_MODEL
 from .denial import Denial
 from .groups import (
     ServingGroup,
-    gpus_fix,
     group_count_check,
     lws_group_read,
     serving_group,
@@ -28,8 +28,6 @@ from .memory import (
     LanguageModelSpec,
     Need,
     catalog_need,
-    fallback_need,
-    largest_context_fitting,
 )
 from .model_source import (
     NO_POD,
@@ -66,7 +64,6 @@ _FLAG_QUANT = {
     "bitsandbytes-nf4": "bnb-4bit", "bitsandbytes-fp4": "bnb-4bit", "mxfp4": "mxfp4", "compressed-tensors": None,
     "gguf": None, "modelopt_fp4": "nvfp4",
 }
-TP_CHOICES = (1, 2, 4, 8, 16)
 @dataclass(frozen=True)
 class ServingSizing:
     """The memory per vGPU the serving command needs, the text that decided it, and its breakdown.
@@ -133,12 +130,13 @@ def serving_size(*, containers: list[Container], language_models: dict[str, Lang
             _, sizing, earlier, said = remembered
             warnings.extend(said)
             if earlier is not None:
-                raise Denial(earlier.field, earlier.message, rule=earlier.rule, fix=earlier.fix)
+                raise Denial(earlier.field, earlier.message, rule=earlier.rule, fix=earlier.fix,
+                             detail=earlier.detail)
             if sizing is _NOT_A_SERVER:
                 continue
             return sizing if isinstance(sizing, ServingSizing) else None
         found, denial, notes = _size_container(container, language_models, card, sequences, pod)
-        if key is not None:
+        if key is not None and not MEMO_PAUSED.get():
             if len(_MEMO) >= MEMO_ENTRIES:
                 _MEMO.clear()
             _MEMO[key] = (language_models, found, denial, tuple(notes))
@@ -156,6 +154,9 @@ def serving_size(*, containers: list[Container], language_models: dict[str, Lang
 # pin and policy), for the catalog object it was
 # computed with; a new catalog (any configuration change) misses. Bounded; cleared when full.
 MEMO_ENTRIES = 1024
+# True while fixes.py decides the variants of a denied Pod: they are not remembered, so a stream of denials
+# does not push the admitted Pods' answers out.
+MEMO_PAUSED: ContextVar[bool] = ContextVar("serving_memo_paused", default=False)
 _NOT_A_SERVER = object()
 _MEMO: dict[tuple[object, ...], tuple[object, object, Denial | None, tuple[str, ...]]] = {}
 
@@ -238,7 +239,6 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
     if read_from:
         assumed = f"model from {read_from}" + (f"; {assumed}" if assumed else "")
     assert command.model is not None
-    parallel = command.parallel
     group_count_check(container, command, gpus, group, warnings)
     model = language_models.get(model_key(command.model))
     weight_type = weight_type_of(command, command.model)
@@ -269,8 +269,8 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         how = f"{how}; {assumed}"
     field = f"{container.path}.resources.limits[{GPU_RESOURCE}]"
     if card is not None and need.per_card_mib > card.memory_mib:
-        raise Denial(field, _too_big(who, served, how, need, card, model, knobs, parallel, group, estimate),
-                     rule="gpu.card_memory")
+        message, detail = _too_big(who, served, how, need, card, estimate)
+        raise Denial(field, message, rule="gpu.card_memory", detail=detail)
     source = f"serving command: {served} ({how})"
     if model is not None and need.context_dominates:
         warnings.append(_long_context_note(who, model, knobs, need))
@@ -280,52 +280,15 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
     return ServingSizing(need.per_card_mib, source, container.name, explanation)
 
 
-def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec, model: LanguageModelSpec | None,
-             knobs: Knobs, parallel: int, group: ServingGroup | None = None,
-             estimate: UnknownEstimate | None = None) -> str:
-    text = (f"{who}: {served} ({how}) needs {need.per_card_mib:,} MiB per card to start ({need.breakdown()}), "
-            f"more than one {card.name} has ({card.memory_mib:,} MiB)")
-    fixes = []
-    for tp in TP_CHOICES:
-        if tp <= knobs.tp:
-            continue
-        if model is not None:
-            wider = catalog_need(model, _knobs_tp(knobs, tp)).per_card_mib
-        elif estimate is not None:
-            wider = max(catalog_need(estimate.spec, _knobs_tp(knobs, tp)).per_card_mib, _gpustack_mib(need, parallel,
-                                                                                                      tp * knobs.pp))
-        else:
-            wider = _gpustack_mib(need, parallel, tp * knobs.pp)
-        if wider <= card.memory_mib:
-            ask = gpus_fix(tp * knobs.pp, group.size if group else 1, group).removeprefix("ask for ")
-            fixes.append(f"tensor parallel over {tp * knobs.pp} GPUs fits ({wider:,} MiB per card): "
-                         f"--tensor-parallel-size {tp} and {ask}")
-            break
-    if model is not None and not knobs.kv_cache_memory_bytes:
-        context = largest_context_fitting(model, knobs, card.memory_mib)
-        if context is not None:
-            fixes.append(f"--max-model-len {context} fits on {count_of(parallel, 'GPU')}")
-    if estimate is not None and not knobs.kv_cache_memory_bytes:
-        context = largest_context_fitting(estimate.spec, knobs, card.memory_mib)
-        if context is not None and context < estimate.context:
-            fixes.append(f"--max-model-len {context} fits on {count_of(parallel, 'GPU')} by the estimate")
-    if not fixes:
-        fixes.append("a quantized checkpoint (AWQ, GPTQ, FP8) or more GPUs")
+def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec,
+             estimate: UnknownEstimate | None = None) -> tuple[str, str]:
+    """(what is wrong, how the need adds up). What would fit is searched and checked apart (fixes.py)."""
+    wrong = (f"{who}: {served} ({how}) needs {need.per_card_mib:,} MiB per card to start, more than one {card.name} "
+             f"has ({card.memory_mib:,} MiB)")
+    detail = need.breakdown()
     if estimate is not None:
-        fixes.append(f"the model is not in the catalog: {HOW_TO_ADD} for a grant from its architecture")
-    return text + "; " + " or ".join(fixes)
-
-
-def _gpustack_mib(need: Need, parallel: int, wider: int) -> int:
-    weights_gb = need.weights_mib * parallel * 2**20 / 1e9
-    return fallback_need(weights_gb, parallel=wider, bytes_per_param=1.0, weight_type=need.weight_type,
-                         fraction=need.fraction).per_card_mib
-
-
-def _knobs_tp(knobs: Knobs, tp: int) -> Knobs:
-    return Knobs(knobs.engine, tp, knobs.pp, knobs.max_model_len, knobs.memory_fraction, knobs.kv_cache_memory_bytes,
-                 knobs.weight_type, knobs.kv_cache_dtype, knobs.max_num_seqs, knobs.max_num_batched_tokens,
-                 knobs.sequences)
+        detail += f"; the model is not in the catalog: {HOW_TO_ADD} for a grant from its architecture"
+    return wrong, detail
 
 
 def _long_context_note(who: str, model: LanguageModelSpec, knobs: Knobs, need: Need) -> str:

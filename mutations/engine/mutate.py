@@ -36,6 +36,7 @@ from .checks import pod_size_check, policy_limit_violations, privileged_check, p
 from .defaults import cpu_memory_fill
 from .denial import Denial
 from .explain import denial_explain
+from .fixes import fixes_verified
 from .placement import placement_card, placement_violations
 from .pod import Container, asks_for_gpu, containers_read, has_vgpu, resource_map, resources_store, working_copy
 from .quantity import QuantityError, parse_quantity
@@ -73,19 +74,21 @@ def pod_verdict(pod: JsonObject, ctx: MutationContext) -> PodVerdict:
                       result.field)
 
 
-def _decide(pod: JsonObject, ctx: MutationContext, admit: bool) -> MutationResult:
-    """mutate_pod; with `admit=False` the result's Pod is only as far along as deciding needed (pod_verdict)."""
+def _decide(pod: JsonObject, ctx: MutationContext, admit: bool, offer_fixes: bool = True) -> MutationResult:
+    """mutate_pod; with `admit=False` the result's Pod is only as far along as deciding needed (pod_verdict);
+    `offer_fixes=False`: a denial's fixes are not searched (fixes.py deciding a fixed Pod)."""
+    denied = _denied if offer_fixes else _denied_plain
     policy = ctx.policy
     if not isinstance(pod, dict):
-        return _denied(pod, ctx, Denial("object", "the object is not a Pod (expected a JSON object)"))
+        return denied(pod, ctx, Denial("object", "the object is not a Pod (expected a JSON object)"))
     metadata = pod.get("metadata")
     if metadata is None:
         metadata = {}
     if not isinstance(metadata, dict):
-        return _denied(pod, ctx, Denial("metadata", "metadata must be an object"))
+        return denied(pod, ctx, Denial("metadata", "metadata must be an object"))
     annotations, labels = metadata.get("annotations") or {}, metadata.get("labels") or {}
     if not isinstance(annotations, dict) or not isinstance(labels, dict):
-        return _denied(pod, ctx, Denial("metadata", "metadata.annotations and metadata.labels must be objects"))
+        return denied(pod, ctx, Denial("metadata", "metadata.annotations and metadata.labels must be objects"))
     if policy.mode is Mode.OFF:
         return MutationResult(Decision.SKIPPED, pod, f"namespace policy {policy.namespace!r} is off", policy.namespace)
     try:
@@ -101,12 +104,23 @@ def _decide(pod: JsonObject, ctx: MutationContext, admit: bool) -> MutationResul
             return MutationResult(Decision.SKIPPED, pod, f"{ANN_SKIP} is true", policy.namespace)
         return _Mutation(pod, ctx, annotations, admit).run()
     except Denial as denial:
-        return _denied(pod, ctx, denial)
+        return denied(pod, ctx, denial)
 
 
-def _denied(pod: object, ctx: MutationContext, denial: Denial) -> MutationResult:
+def _decide_plain(pod: JsonObject, ctx: MutationContext) -> MutationResult:
+    """The decision without a search for fixes (what fixes.py asks of a Pod it changed)."""
+    return _decide(pod, ctx, admit=False, offer_fixes=False)
+
+
+def _denied_plain(pod: object, ctx: MutationContext, denial: Denial) -> MutationResult:
+    return _denied(pod, ctx, denial, offer_fixes=False)
+
+
+def _denied(pod: object, ctx: MutationContext, denial: Denial, offer_fixes: bool = True) -> MutationResult:
     policy = ctx.policy
-    explanation = denial_explain(denial, pod=pod, policy=policy, catalog=ctx.catalog)
+    # Only here, for a denial: each candidate fix is decided again, so an admitted Pod never pays for it.
+    verified = fixes_verified(pod=pod, ctx=ctx, denial=denial, decide=_decide_plain) if offer_fixes else None
+    explanation = denial_explain(denial, pod=pod, policy=policy, catalog=ctx.catalog, verified=verified)
     reason = explanation["summary"]
     if policy.mode is Mode.AUDIT_ONLY:
         return MutationResult(
@@ -162,7 +176,8 @@ class _Mutation:
         is_gpu_pod = bool(gpu_containers)
         if is_gpu_pod:
             problems = privileged_violations(spec=spec, containers=containers, policy=self.policy)
-            problems += policy_limit_violations(gpu_containers=gpu_containers, policy=self.policy)
+            problems += policy_limit_violations(gpu_containers=gpu_containers, policy=self.policy,
+                                                catalog=self.catalog)
             if pools is not None and not problems:
                 # After the pin: use-gputype as the admitted Pod will carry it.
                 problems += placement_violations(pools=pools, spec=spec,

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .specs import Catalog, PolicySpec, PresetSpec, select_policy
+from .specs import Catalog, GpuModelSpec, PolicySpec, PresetSpec, select_policy
 
 # A read: ("preset", name), ("presets",), ("gpu_model", name), ("gpu_models",), ("presets_serving", size_b),
-# ("attribute", name).
+# ("card_short_of", memory_mib), ("attribute", name).
 Read = tuple[Any, ...]
 _MISSING = object()
 
@@ -75,6 +75,10 @@ class CatalogReads:
         self.reads.add(("presets_serving", size_b))
         return self.catalog.presets_serving(size_b)
 
+    def card_short_of(self, memory_mib: int) -> GpuModelSpec | None:
+        self.reads.add(("card_short_of", memory_mib))  # a draft that leaves a card holding it changes nothing
+        return self.catalog.card_short_of(memory_mib)
+
 
 def _value(catalog: Catalog, read: Read) -> Any:
     """What `read` gives under `catalog`; dicts as their items in order (the engine may iterate them)."""
@@ -89,6 +93,8 @@ def _value(catalog: Catalog, read: Read) -> Any:
         return tuple(catalog.gpu_models.items())
     if kind == "presets_serving":
         return catalog.presets_serving(read[1])
+    if kind == "card_short_of":
+        return catalog.card_short_of(read[1])
     if kind == "attribute":
         value = getattr(catalog, read[1], _MISSING)
         return tuple(value.items()) if isinstance(value, dict) else value

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from .annotations import (
     ANN_GPU_TYPE,
@@ -23,6 +24,7 @@ from .annotations import (
     ANN_VGPU_CORES,
     ANN_VGPU_MEMORY,
     ANN_VGPU_MEMORY_PERCENTAGE,
+    MAX_VGPU_MEMORY_MIB,
     annotation_read,
     cores_parse,
     memory_percentage_parse,
@@ -33,7 +35,17 @@ from .denial import Denial
 from .inference import serving_size
 from .model_source import ServingPod
 from .pod import Container
-from .specs import Catalog, GpuModelSpec, GroupLeader, JsonObject, PolicySpec, PresetSpec, ResourceDefaults
+from .quantity import QuantityError, parse_quantity
+from .specs import (
+    GPU_RESOURCE,
+    Catalog,
+    GpuModelSpec,
+    GroupLeader,
+    JsonObject,
+    PolicySpec,
+    PresetSpec,
+    ResourceDefaults,
+)
 from .words import count_of, with_article
 
 # Bytes per parameter by weight dtype (the GPUStack estimate: README, "Sizing GPU memory for a model").
@@ -115,7 +127,7 @@ class _Decider:
         card = gpu_model or (preset.gpu_model if preset else None)
         from_pool = card is None and self.pool_card is not None
         card = card or self.pool_card
-        serving = None
+        serving, serving_memory = None, None
         if (explicit_memory is None and percentage is None and self.policy.infer_from_serving
                 and self._annotation(ANN_PRESET) is None and self._annotation(ANN_MODEL_SIZE) is None):
             serving = serving_size(containers=self.containers, language_models=self.catalog.language_models,
@@ -125,6 +137,7 @@ class _Decider:
                                    warnings=self.warnings, pod=self._serving_pod())
             if serving is not None and serving.memory_mib is not None:
                 memory_mib, source = serving.memory_mib, serving.source
+                serving_memory = memory_mib
             elif serving is not None:  # a serving Pod whose model is not known: the default sizes it, and says so
                 source = f"{source}; {serving.source}"
         if explicit_memory is not None:
@@ -144,15 +157,21 @@ class _Decider:
                 rule="policy.default_preset", policy=self.policy.namespace,
                 fix=f"set {ANN_PRESET} or {ANN_VGPU_MEMORY}, or ask your cluster operator to set a default preset",
             )
+        fraction = self._fraction() if card is not None and serving_memory is None else None
+        if fraction is not None and explicit_memory is None and percentage is None:
+            # Part of one card: the grant is that part of the card (mutate._grant), never the preset's memory, so
+            # the preset's number is not compared with the card.
+            memory_mib = max(1, int(card.memory_mib * fraction))  # type: ignore[union-attr]
+            source = f"{GPU_RESOURCE}: {format(fraction.normalize(), 'f')} of {with_article(card.name)}"  # type: ignore[union-attr]
         if card is not None and memory_mib > card.memory_mib:
-            raise Denial(
-                f"metadata.annotations[{ANN_VGPU_MEMORY}]",
-                f"{source}: vGPU memory {memory_mib} MiB is more than {with_article(card.name)} card has "
-                f"({card.memory_mib} MiB); accepted: at most {card.memory_mib} MiB per vGPU",
-                rule="gpu.card_memory",
-                fix=f"ask for at most {card.memory_mib} MiB per vGPU ({ANN_VGPU_MEMORY}), or for more GPUs with "
-                    "less memory each",
-            )
+            self._too_big_for(memory_mib, source, preset, card.memory_mib, f"{with_article(card.name)} card has")
+        elif card is None:
+            largest = self.catalog.card_short_of(memory_mib)
+            if largest is not None:
+                self._too_big_for(memory_mib, source, preset, largest.memory_mib,
+                                  f"the largest known card ({largest.name}) has")
+            elif memory_mib > MAX_VGPU_MEMORY_MIB:
+                self._too_big_for(memory_mib, source, preset, MAX_VGPU_MEMORY_MIB, "Volcano accepts per vGPU")
         cores = self._cores(preset)
         resources = self.policy.resources
         if preset is not None:
@@ -175,6 +194,50 @@ class _Decider:
             f"right-sizing (policy {policy.namespace}, apply): {policy.right_sized_mib} MiB per vGPU, not preset "
             f"{preset.name}'s {memory_mib} MiB, from observed use")
         return policy.right_sized_mib, f"{source}, right-sized from {memory_mib} MiB"
+
+    def _too_big_for(self, memory_mib: int, source: str, preset: PresetSpec | None, limit_mib: int,
+                     has: str) -> None:
+        """Deny a vGPU larger than its card (or than every known card): the preset's fault when a preset gave it."""
+        if preset is not None and memory_mib == preset.vgpu_memory_mib and self._from_preset(source):
+            raise Denial(
+                f"metadata.annotations[{ANN_PRESET}]",
+                f"preset {preset.name!r} gives {memory_mib} MiB per vGPU, more than {has} ({limit_mib} "
+                f"MiB): the preset is misconfigured and your cluster operator must fix it (its vgpu_memory_mib)",
+                rule="preset.card_memory",
+                fix=f"ask your cluster operator to fix preset {preset.name!r} (at most {limit_mib} MiB per "
+                    f"vGPU), or set {ANN_PRESET} to another preset",
+            )
+        raise Denial(
+            f"metadata.annotations[{ANN_VGPU_MEMORY}]",
+            f"{source}: vGPU memory {memory_mib} MiB is more than {has} ({limit_mib} MiB); accepted: at most "
+            f"{limit_mib} MiB per vGPU",
+            rule="gpu.card_memory",
+            fix=f"ask for at most {limit_mib} MiB per vGPU ({ANN_VGPU_MEMORY}), or for more GPUs with "
+                "less memory each",
+        )
+
+    @staticmethod
+    def _from_preset(source: str) -> bool:
+        """Whether the memory is the preset's own (named, a model size's, a default), not an annotation's."""
+        return source.startswith((f"annotation {ANN_PRESET}", "global default preset", "namespace policy",
+                                  f"annotation {ANN_MODEL_SIZE}"))
+
+    def _fraction(self) -> Decimal | None:
+        """The part of one card every converted container asks for (nvidia.com/gpu below 1); None otherwise."""
+        found = None
+        for container in self.containers:
+            for part in ("limits", "requests"):
+                value = ((container.body.get("resources") or {}).get(part) or {}).get(GPU_RESOURCE)
+                if value is not None:
+                    break
+            try:
+                count = parse_quantity(value)
+            except QuantityError:
+                return None
+            if not 0 < count < 1 or (found is not None and count != found):
+                return None
+            found = count
+        return found
 
     def _serving_pod(self) -> ServingPod:
         return ServingPod(metadata=self.metadata, pinned_model=self._annotation(ANN_MODEL), leader=self.group_leader,
@@ -302,17 +365,13 @@ class _Decider:
         gpus = self._pod_gpus()
         mib = estimate_model_vram_mib(self.model_size_b, self._dtype_bytes(), gpus)
         if card is not None and mib > card.memory_mib:
-            # A slice smaller than the model needs would be granted, and the server would fail at start.
-            wider = next((n for n in (2, 4, 8, 16) if n > gpus
-                          and estimate_model_vram_mib(self.model_size_b, self._dtype_bytes(), n) <= card.memory_mib),
-                         None)
-            fix = (f"ask for {wider} GPUs ({estimate_model_vram_mib(self.model_size_b, self._dtype_bytes(), wider)} "
-                   f"MiB per card, with --tensor-parallel-size {wider})" if wider else "ask for more GPUs")
+            # A slice smaller than the model needs would be granted, and the server would fail at start. What fits
+            # instead (more GPUs, a smaller weight type) is searched and checked apart (fixes.py).
             raise Denial(
                 f"metadata.annotations[{ANN_MODEL_SIZE}]",
                 f"annotation {ANN_MODEL_SIZE}: a {self.model_size_b:g}B {dtype} model needs about {mib} MiB per card "
                 f"on {count_of(gpus, 'GPU')}, more than one {card.name} has ({card.memory_mib} MiB)",
-                rule="gpu.card_memory", fix=f"{fix}, or a smaller weight type ({ANN_MODEL_DTYPE}: fp8 or int4)",
+                rule="gpu.card_memory",
             )
         return mib
 

@@ -252,6 +252,8 @@ class Catalog:
     # presets_serving's answers by size (a Catalog is never edited, so they stay true); bounded.
     _serving: dict[float, tuple[PresetSpec, ...]] = field(default_factory=dict, init=False, repr=False,
                                                           compare=False)
+    # The largest card card_short_of compares with (a Catalog is never edited).
+    _largest: dict[str, tuple[GpuModelSpec | None]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def presets_serving(self, size_b: float) -> tuple[PresetSpec, ...]:
         """The enabled presets whose model-size range holds `size_b`, in the catalog's order."""
@@ -262,6 +264,19 @@ class Catalog:
                 self._serving.clear()
             self._serving[size_b] = found
         return found
+
+    def card_short_of(self, memory_mib: int) -> GpuModelSpec | None:
+        """The largest known card (GPU models and node pools) when even it has less than `memory_mib`; None when
+        a card holds it or none is known."""
+        memo = self._largest.get("card")
+        if memo is None:
+            cards = [*self.gpu_models.values(),
+                     *(GpuModelSpec(p.gpu_model or p.card_type, p.registered_memory_mib, p.card_type)
+                       for p in self.node_pools)]
+            largest_found = max(cards, key=lambda card: (card.memory_mib, card.name)) if cards else None
+            memo = self._largest["card"] = (largest_found,)
+        largest = memo[0]
+        return largest if largest is not None and memory_mib > largest.memory_mib else None
 
     def gpu_model(self, name: str) -> GpuModelSpec | None:
         """A GPU model by name, case-insensitively."""

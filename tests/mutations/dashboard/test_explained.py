@@ -103,7 +103,7 @@ def test_the_admin_preview_lists_every_violation_and_the_fixes(admin_client, tea
     explanation = re.search(r'<div id="pod-preview-explanation">(.*?)</div>', page, re.S).group(1)
     assert "2 rules broken" in explanation
     assert "remove securityContext.privileged from container 'ray-worker'" in explanation
-    assert "ask for at most 2 GPUs in the Pod" in explanation
+    assert "ask for nvidia.com/gpu: 2" in explanation  # verified: the engine admits the Pod so changed
 
 
 def test_the_denied_or_failed_card_links_to_exactly_what_it_counts(staff_client):

@@ -43,7 +43,7 @@ def privileged(pod, index=0):
 
 @pytest.mark.parametrize(("pod", "rule", "policy", "fix"), [
     # policy limits
-    (pods.ray_worker_pod(), "policy.max_vgpus_per_pod", "team-*", "at most 2 GPUs in the Pod"),
+    (pods.ray_worker_pod(), "policy.max_vgpus_per_pod", "team-*", "ask for nvidia.com/gpu: 2"),
     (pods.vllm_deployment_pod(annotations={"volcano-injector.io/vgpu-memory": "60Gi"}),
      "policy.max_vgpu_memory_mib", "team-*", "raise max_vgpu_memory_mib of namespace policy 'team-*'"),
     # presets: not allowed, unknown, disabled
@@ -72,9 +72,9 @@ def privileged(pod, index=0):
     # sizes that do not fit a card
     (pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "a100-half",
                                            "volcano-injector.io/vgpu-memory": "90000"}),
-     "gpu.card_memory", None, "ask for at most 81920 MiB per vGPU"),
+     "gpu.card_memory", None, "set volcano-injector.io/vgpu-memory: 49152"),  # the card's, under the policy's cap
     (pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "32B"}),
-     "gpu.card_memory", None, "ask for 2 GPUs"),
+     "gpu.card_memory", None, "--tensor-parallel-size 2 and nvidia.com/gpu: 2"),
 ])
 def test_each_denial_names_its_rule_its_policy_and_a_fix(pod, rule, policy, fix):
     result = denied(pod)
@@ -94,8 +94,10 @@ def test_a_vgpu_larger_than_its_card_names_the_card_with_its_article_and_says_th
     result = denied(pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "a100-half",
                                                           "volcano-injector.io/vgpu-memory": "90000"}))
     assert "is more than an A100-80GB card has (81920 MiB); accepted: at most 81920 MiB per vGPU" in result.reason
-    assert result.reason.count("at most 81920 MiB per vGPU") == 2  # what is accepted, then the one fix
-    assert result.reason.count("ask for") == 1
+    assert result.reason.count("at most 81920 MiB per vGPU") == 1  # what is accepted
+    # then the one fix, verified: the card's 81,920 MiB would break team-*'s cap of 49,152 MiB, so the cap is offered
+    assert result.reason.count("Fix:") == 1
+    assert result.reason.endswith("Fix: set volcano-injector.io/vgpu-memory: 49152")
 
 
 def test_model_size_over_the_policy_explains_where_the_number_came_from_and_what_fits():
@@ -109,7 +111,8 @@ def test_model_size_over_the_policy_explains_where_the_number_came_from_and_what
     fixes = " | ".join(explanation["fixes"])
     assert "volcano-injector.io/model-dtype: fp8 needs about 28672 MiB" in fixes
     assert "preset 'llm-32b' serves this model size but namespace policy 'team-*' does not allow it" in fixes
-    assert "llm-14b (37888 MiB)" in fixes  # an allowed preset that fits, for a smaller model
+    # An allowed preset under the cap would not hold the 20B model (issue 31): it is not offered.
+    assert "llm-14b" not in fixes
     assert explanation["policy"] == "team-*"
 
 

@@ -114,7 +114,7 @@ def test_model_size_without_a_preset_is_estimated_and_refused_past_the_card():
     big = run(pods.vllm_deployment_pod(annotations={
         "volcano-injector.io/model-size": "70B", "volcano-injector.io/gpu-type": "A100-80GB"}), catalog=catalog)
     assert big.decision is Decision.DENIED and big.field == "metadata.annotations[volcano-injector.io/model-size]"
-    assert "(81920 MiB)" in big.reason and "ask for 4 GPUs" in big.reason
+    assert "(81920 MiB)" in big.reason and "nvidia.com/gpu: 4" in big.reason
     split = run(pods.vllm_deployment_pod(gpus="4", annotations={
         "volcano-injector.io/model-size": "70B", "volcano-injector.io/gpu-type": "A100-80GB"}), catalog=catalog)
     assert limits(split)["volcano.sh/vgpu-memory"] == str(estimate_model_vram_mib(70, 2.0, 4))
@@ -125,7 +125,7 @@ def test_estimate_without_a_named_card_is_refused_past_the_largest_known_card():
                       default_preset="default")
     result = run(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "180B"}), catalog=catalog)
     assert result.decision is Decision.DENIED
-    assert "A100-80GB" in result.reason and "ask for 8 GPUs" in result.reason
+    assert "A100-80GB" in result.reason and "nvidia.com/gpu: 8" in result.reason
     audit = run(pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "180B"}), catalog=catalog,
                 policy=PolicySpec(mode=Mode.AUDIT_ONLY, default_preset="default"))
     assert audit.decision is Decision.AUDIT_ONLY and audit.reason.startswith("would deny:")

@@ -184,7 +184,10 @@ def test_a_vgpu_memory_the_table_or_volcano_cannot_hold_is_denied_and_audited(po
 @pytest.mark.django_db
 def test_the_largest_grants_the_engine_accepts_still_sum_in_the_rollup(post_review, admin_client):
     from mutations.models import AuditRollup, AuditRollupDaily
+    from profiles.models import GpuModel
 
+    # A card as large as Volcano's range: memory above every known card is denied (issue 31).
+    GpuModel.objects.create(name="largest-range", memory_mib=1048576, match="largest-range")
     for _ in range(2):  # two rows at the top of every accepted range, in one hour
         review = review_with_limits(**{"volcano.sh/vgpu-memory": "1048576"})
         review["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1024"

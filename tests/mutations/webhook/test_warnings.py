@@ -19,4 +19,4 @@ def test_an_audit_only_denial_warns_with_its_first_rule_and_keeps_the_whole_reas
     assert warning.startswith("audit-only (namespace policy 'lab-*'), nothing changed: would deny: the Pod asks for")
     assert len(warning) < 256 and "Fix:" not in warning and not warning.endswith("…")
     row = AdmissionAudit.objects.get()
-    assert row.reason.startswith("would deny: ") and "Fix: ask for at most 1 GPU in the Pod" in row.reason
+    assert row.reason.startswith("would deny: ") and "Fix: ask for nvidia.com/gpu: 1" in row.reason
