@@ -230,6 +230,8 @@ class _Decider:
                 value = ((container.body.get("resources") or {}).get(part) or {}).get(GPU_RESOURCE)
                 if value is not None:
                     break
+            if isinstance(value, str) and value.isascii() and value.isdigit():
+                return None  # a whole number of GPUs, the usual case, without parsing a quantity
             try:
                 count = parse_quantity(value)
             except QuantityError:
