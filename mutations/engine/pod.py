@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -135,3 +136,25 @@ def pod_gpus_requested(pod: object) -> Decimal:
                         pass
                     break
     return min(total, GPUS_REQUESTED_MAX)
+
+
+def gpu_fraction(containers: Sequence[Container]) -> Decimal | None:
+    """The part of one card every one of `containers` asks for (nvidia.com/gpu below 1, the same in each); None
+    otherwise (a whole count, different parts, an unreadable value)."""
+    found = None
+    for container in containers:
+        value = None
+        for part in ("limits", "requests"):
+            value = ((container.body.get("resources") or {}).get(part) or {}).get(GPU_RESOURCE)
+            if value is not None:
+                break
+        if isinstance(value, str) and value.isascii() and value.isdigit():
+            return None  # a whole number of GPUs, the usual case, without parsing a quantity
+        try:
+            count = parse_quantity(value)
+        except QuantityError:
+            return None
+        if not 0 < count < 1 or (found is not None and count != found):
+            return None
+        found = count
+    return found

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 
 from .annotations import (
     ANN_GPU_TYPE,
@@ -34,8 +33,7 @@ from .annotations import (
 from .denial import Denial
 from .inference import serving_size
 from .model_source import ServingPod
-from .pod import Container
-from .quantity import QuantityError, parse_quantity
+from .pod import Container, gpu_fraction
 from .specs import (
     GPU_RESOURCE,
     Catalog,
@@ -157,7 +155,7 @@ class _Decider:
                 rule="policy.default_preset", policy=self.policy.namespace,
                 fix=f"set {ANN_PRESET} or {ANN_VGPU_MEMORY}, or ask your cluster operator to set a default preset",
             )
-        fraction = self._fraction() if card is not None and serving_memory is None else None
+        fraction = gpu_fraction(self.containers) if card is not None and serving_memory is None else None
         if fraction is not None and explicit_memory is None and percentage is None:
             # Part of one card: the grant is that part of the card (mutate._grant), never the preset's memory, so
             # the preset's number is not compared with the card.
@@ -221,25 +219,6 @@ class _Decider:
         """Whether the memory is the preset's own (named, a model size's, a default), not an annotation's."""
         return source.startswith((f"annotation {ANN_PRESET}", "global default preset", "namespace policy",
                                   f"annotation {ANN_MODEL_SIZE}"))
-
-    def _fraction(self) -> Decimal | None:
-        """The part of one card every converted container asks for (nvidia.com/gpu below 1); None otherwise."""
-        found = None
-        for container in self.containers:
-            for part in ("limits", "requests"):
-                value = ((container.body.get("resources") or {}).get(part) or {}).get(GPU_RESOURCE)
-                if value is not None:
-                    break
-            if isinstance(value, str) and value.isascii() and value.isdigit():
-                return None  # a whole number of GPUs, the usual case, without parsing a quantity
-            try:
-                count = parse_quantity(value)
-            except QuantityError:
-                return None
-            if not 0 < count < 1 or (found is not None and count != found):
-                return None
-            found = count
-        return found
 
     def _serving_pod(self) -> ServingPod:
         return ServingPod(metadata=self.metadata, pinned_model=self._annotation(ANN_MODEL), leader=self.group_leader,
