@@ -7,7 +7,9 @@ costs: docs/audit-write-path.md.
 from __future__ import annotations
 
 import json
+import operator
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -187,6 +189,22 @@ def _column_encoder(column: Column) -> Callable[[object], str]:
 
 _ENCODERS = tuple((c.name, c.default, _column_encoder(c)) for c in TABLE_COLUMNS)
 
+# row_encode is on the request path of every audited admission, and a Python call per column was most of
+# its cost (per admission, counted with scripts/bench-instructions: docs/benchmarks.md). The text and value
+# columns, when they hold what an audit row usually holds (str, int, float within the column's limit, no
+# character COPY escapes), are written by C-level calls over all of them at once; anything else, and the
+# other columns, by their column's encoder, as field_text would.
+_PLAIN = tuple(c for c in TABLE_COLUMNS if c.kind in ("text", "value"))
+_PLAIN_NAMES = tuple(c.name for c in _PLAIN)
+_PLAIN_DEFAULTS = tuple(c.default for c in _PLAIN)
+_PLAIN_LIMITS = tuple(c.limit if c.kind == "text" and c.limit is not None else sys.maxsize for c in _PLAIN)
+_PLAIN_TYPES = frozenset({str, int, float})
+_OTHER = tuple((c.name, c.default, _column_encoder(c)) for c in TABLE_COLUMNS if c.kind not in ("text", "value"))
+# The plain columns' fields, then the others', put back in the table's order.
+_IN_TABLE_ORDER = operator.itemgetter(*(
+    [c.name for c in _PLAIN + tuple(c for c in TABLE_COLUMNS if c not in _PLAIN)].index(column.name)
+    for column in TABLE_COLUMNS))
+
 
 def row_encode(record: AuditRecord) -> bytes:
     """One COPY text line for HEADER's columns: strings cut to their column, no NUL, valid UTF-8.
@@ -195,8 +213,18 @@ def row_encode(record: AuditRecord) -> bytes:
     Python strings parsed from JSON, not in UTF-8) become "?". Each field is field_text's.
     """
     get = record.get
-    return ("\t".join([encode(get(name, default)) for name, default, encode in _ENCODERS]) + "\n").encode(
-        "utf-8", "replace")
+    plain = list(map(get, _PLAIN_NAMES, _PLAIN_DEFAULTS))
+    if _PLAIN_TYPES.issuperset(map(type, plain)):
+        plain = list(map(str, plain))
+        if any(map(operator.gt, map(len, plain), _PLAIN_LIMITS)) or _COPY_SPECIAL.search("".join(plain)):
+            plain = None
+    else:
+        plain = None
+    if plain is None:
+        return ("\t".join([encode(get(name, default)) for name, default, encode in _ENCODERS]) + "\n").encode(
+            "utf-8", "replace")
+    fields = plain + [encode(get(name, default)) for name, default, encode in _OTHER]
+    return ("\t".join(_IN_TABLE_ORDER(fields)) + "\n").encode("utf-8", "replace")
 
 
 def copy_text_value(raw: bytes) -> str:

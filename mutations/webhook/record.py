@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
 from typing import Any
 
 import orjson
@@ -37,7 +37,7 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
     before = _resources_before(request) if preview else []
     return {
         # Strings, not datetime/Decimal: the row is encoded as a COPY text line on the hot path.
-        "created_at": datetime.now(UTC).isoformat(),
+        "created_at": _now_text(),
         "request_uid": request.uid,
         "operation": request.operation,
         "namespace": request.namespace or text_cut(metadata.get("namespace")),
@@ -68,6 +68,22 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
         "duration_ms": round(duration * 1000, 3),
         "replica": settings.INJECTOR_REPLICA,
     }
+
+
+_second_text: tuple[int, str] = (-1, "")
+
+
+def _now_text() -> str:
+    """Now, UTC, as ISO 8601 text with microseconds (datetime.now(UTC).isoformat()'s value), the second's text
+    made once a second: datetime's construction and formatting were a tenth of the record's cost."""
+    global _second_text
+    now_ns = time.time_ns()
+    second, nanoseconds = divmod(now_ns, 1_000_000_000)
+    cached_second, text = _second_text
+    if second != cached_second:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _second_text = (second, text)
+    return f"{text}.{nanoseconds // 1000:06d}+00:00"
 
 
 def _resources_before(request: AdmissionRequest) -> list[JsonObject]:
