@@ -19,6 +19,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 
+from injector_site.platform.hot_settings import setting_value
 from mutations.engine import (
     Catalog,
     GpuModelSpec,
@@ -214,7 +215,7 @@ class CatalogCache:
 
     def get(self) -> Catalog:
         """The Catalog to use now; loads it on first use in this process."""
-        interval = settings.INJECTOR_CONFIG_RECHECK_SECONDS
+        interval = setting_value("INJECTOR_CONFIG_RECHECK_SECONDS")
         catalog = self._catalog
         if catalog is None or self._pid != os.getpid():
             return self._load_first()

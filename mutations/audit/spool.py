@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from django.conf import settings
+from injector_site.platform.hot_settings import setting_value
 
 from ..metrics import AUDIT_ROWS_REJECTED
 from .encoding import (
@@ -353,7 +353,7 @@ _state_lock = threading.Lock()
 def spool_current() -> Spool:
     """This process's spool for INJECTOR_AUDIT_SPOOL_DIR (a new one after a fork or a settings change)."""
     spool = _spool_state
-    directory = settings.INJECTOR_AUDIT_SPOOL_DIR
+    directory = setting_value("INJECTOR_AUDIT_SPOOL_DIR")
     if spool is not None and spool.pid == os.getpid() and spool.setting == directory:
         return spool
     return _spool_reset(str(directory))

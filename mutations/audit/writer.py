@@ -16,6 +16,8 @@ import time
 from django.conf import settings
 from django.db import DatabaseError
 
+from injector_site.platform.hot_settings import setting_value
+
 from ..metrics import AUDIT_BACKLOG, AUDIT_SPOOL_FAILURES, AUDIT_WRITE_FAILURES
 from .encoding import COLUMNS, AuditRecord, row_encode
 from .inserters import PsycopgInserter, insert_lines_django, orm_inserter
@@ -41,7 +43,7 @@ def audit_record_submit(*, record: AuditRecord) -> None:
             logger.exception("audit row lost: spool and database both failed",
                              extra={"audit_record": line.decode("utf-8", "replace")})
         return
-    if settings.INJECTOR_AUDIT_WRITER_AUTOSTART:
+    if setting_value("INJECTOR_AUDIT_WRITER_AUTOSTART"):
         audit_writer_start()
 
 

@@ -6,7 +6,8 @@ import time
 from typing import Any
 
 import orjson
-from django.conf import settings
+
+from injector_site.platform.hot_settings import setting_value
 
 from ..engine import (
     AdmissionRequest,
@@ -66,7 +67,7 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
         "dry_run": request.dry_run,
         "config_version": max(preview.config_version, 0) if preview else 0,
         "duration_ms": round(duration * 1000, 3),
-        "replica": settings.INJECTOR_REPLICA,
+        "replica": setting_value("INJECTOR_REPLICA"),
     }
 
 

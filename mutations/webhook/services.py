@@ -7,6 +7,8 @@ import time
 
 from django.conf import settings
 
+from injector_site.platform.hot_settings import setting_value
+
 from ..audit import audit_record_submit
 from ..engine import Decision, JsonObject, admission
 from ..metrics import ADMISSION_FAILURES, admission_observe
@@ -70,7 +72,7 @@ def _answer_failed(request: admission.AdmissionRequest, started: float, caller_v
 def _record(request: admission.AdmissionRequest, preview: Preview | None, decision: Decision, reason: str,
             field: str, duration: float, caller_verified: bool) -> JsonObject | None:
     """The audit row to submit, or None for a dry run (sideEffects: NoneOnDryRun) or with the audit off."""
-    if request.dry_run or not settings.INJECTOR_AUDIT_ENABLED:
+    if request.dry_run or not setting_value("INJECTOR_AUDIT_ENABLED"):
         return None
     return audit_record_build(request=request, preview=preview, decision=decision, reason=reason, field=field,
                               duration=duration, caller_verified=caller_verified)

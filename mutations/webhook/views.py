@@ -14,6 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
+from injector_site.platform.hot_settings import setting_value
 from profiles.catalog import catalog_cache, catalog_current
 from profiles.inventory.metrics import GpuInventoryCollector
 
@@ -57,12 +58,13 @@ def mutate_answer(*, content_type: str, content_length: str | None, read, enviro
     with the request (400 not an AdmissionReview or not JSON, 403 no client certificate while mTLS
     is configured, 413 too large, 415 not JSON).
     """
-    caller_verified = settings.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT and client_certificate_presented(environ)
-    if settings.INJECTOR_MUTATE_REQUIRES_CLIENT_CERT and not caller_verified:
+    requires_client_cert = setting_value("INJECTOR_MUTATE_REQUIRES_CLIENT_CERT")
+    caller_verified = requires_client_cert and client_certificate_presented(environ)
+    if requires_client_cert and not caller_verified:
         return _refused(403, "POST /mutate needs a TLS client certificate signed by a CA in TLS_CLIENT_CA_FILE "
                              "(mTLS is on); this connection presented none. Give the API server one in its "
                              "admission configuration (deploy/README.md, mTLS)")
-    limit = settings.INJECTOR_MAX_BODY_BYTES
+    limit = setting_value("INJECTOR_MAX_BODY_BYTES")
     media_type = content_type.partition(";")[0].strip().lower()
     if media_type != "application/json":
         return _refused(415, f"Content-Type must be application/json (an AdmissionReview), got {content_type!r}")
