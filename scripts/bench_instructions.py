@@ -118,7 +118,7 @@ def child_inprocess(args: argparse.Namespace) -> None:
     from mutations.webhook import services
     from mutations.webhook.decide import pod_preview
     from mutations.webhook.record import audit_record_build
-    from mutations.webhook.views import MAX_NESTING, _nested_deeper_than
+    from mutations.webhook.views import _body_bytes_problem
     from profiles.catalog import catalog_current
 
     logging.getLogger("volcano_injector").handlers[0].stream = open(os.devnull, "w")  # noqa: SIM115 - for the run
@@ -158,9 +158,8 @@ def child_inprocess(args: argparse.Namespace) -> None:
 
     prepared()
     for body in bodies:
-        raw = orjson.loads(body)
-        _nested_deeper_than(MAX_NESTING, body, raw)
-        admission.parse_review(raw)
+        _body_bytes_problem(body)
+        admission.parse_review(orjson.loads(body))
     dump("parse")
     requests = [admission.parse_review(raw) for raw in raws]
     catalog = catalog_current()
