@@ -19,7 +19,7 @@ import orjson
 # The standard library's own switches for attributes a LogRecord fills in on every call (the logging
 # HOWTO, "Optimization"): the caller's file, line and function (a walk up the stack), the thread's and
 # the multiprocessing process's names. No line this formatter writes carries them; `pid` stays.
-logging._srcfile = None  # type: ignore[attr-defined]  # documented in the HOWTO's "Optimization" table
+logging._srcfile = None  # documented in the HOWTO's "Optimization" table
 logging.logThreads = False
 logging.logMultiprocessing = False
 
@@ -47,7 +47,7 @@ class JsonFormatter(logging.Formatter):
         if second != cached_second:
             second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
             JsonFormatter._second = (second, second_text)
-        entry = {
+        entry: dict[str, object] = {
             "time": f"{second_text}.{int((created - second) * 1000):03d}Z",
             "level": record.levelname,
             "logger": record.name,

@@ -213,13 +213,12 @@ def row_encode(record: AuditRecord) -> bytes:
     Python strings parsed from JSON, not in UTF-8) become "?". Each field is field_text's.
     """
     get = record.get
-    plain = list(map(get, _PLAIN_NAMES, _PLAIN_DEFAULTS))
-    if _PLAIN_TYPES.issuperset(map(type, plain)):
-        plain = list(map(str, plain))
+    values = list(map(get, _PLAIN_NAMES, _PLAIN_DEFAULTS))
+    plain: list[str] | None = None
+    if _PLAIN_TYPES.issuperset(map(type, values)):
+        plain = list(map(str, values))
         if any(map(operator.gt, map(len, plain), _PLAIN_LIMITS)) or _COPY_SPECIAL.search("".join(plain)):
             plain = None
-    else:
-        plain = None
     if plain is None:
         return ("\t".join([encode(get(name, default)) for name, default, encode in _ENCODERS]) + "\n").encode(
             "utf-8", "replace")
