@@ -206,13 +206,22 @@ class _Decider:
                     f"vGPU), or set {ANN_PRESET} to another preset",
             )
         raise Denial(
-            f"metadata.annotations[{ANN_VGPU_MEMORY}]",
+            self._field_of(source),
             f"{source}: vGPU memory {memory_mib} MiB is more than {has} ({limit_mib} MiB); accepted: at most "
             f"{limit_mib} MiB per vGPU",
             rule="gpu.card_memory",
             fix=f"ask for at most {limit_mib} MiB per vGPU ({ANN_VGPU_MEMORY}), or for more GPUs with "
                 "less memory each",
         )
+
+    @staticmethod
+    def _field_of(source: str) -> str:
+        """The annotation a size's source names (the one the user wrote), else vgpu-memory: the one that fixes it."""
+        # The percentage first: the vgpu-memory annotation's key is the start of the percentage's.
+        for key in (ANN_VGPU_MEMORY_PERCENTAGE, ANN_VGPU_MEMORY, ANN_MODEL_SIZE, ANN_PRESET):
+            if source.startswith(f"annotation {key}"):
+                return f"metadata.annotations[{key}]"
+        return f"metadata.annotations[{ANN_VGPU_MEMORY}]"
 
     @staticmethod
     def _from_preset(source: str) -> bool:

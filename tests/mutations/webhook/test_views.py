@@ -228,3 +228,14 @@ def test_denied_pod_row_still_records_the_gpus_it_asked_for(post_review):
     post_review(pods.review(pods.vllm_deployment_pod(gpus="3", annotations={"volcano-injector.io/preset": "nope"})))
     row = AdmissionAudit.objects.get()
     assert row.decision == "denied" and row.gpus_requested == 3 and row.vgpus_granted == 0
+
+
+def test_memory_above_every_card_from_a_model_size_names_that_annotation(post_review):
+    # Found by the property test: the denial named the vgpu-memory annotation, which the Pod does not carry and
+    # the message did not mention; the size came from model-size.
+    pod = pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "70b"}, model=None)
+    response = answer(post_review(pods.review(pod)))["response"]
+    assert response["allowed"] is False
+    row = AdmissionAudit.objects.get()
+    assert row.field == "metadata.annotations[volcano-injector.io/model-size]"
+    assert "volcano-injector.io/model-size" in response["status"]["message"]
