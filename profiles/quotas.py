@@ -11,7 +11,6 @@ changed or deleted; ours are deleted when the budget goes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
-from injector_site.platform.kube import REQUEST_TIMEOUT_SECONDS
+from injector_site.platform.kube import REQUEST_TIMEOUT_SECONDS, api_error_text, api_status_message
 from mutations.engine import PolicySpec, select_policy
 
 from .models import NamespaceQuota
@@ -173,27 +172,12 @@ def _list_all(method: Callable[..., Any], what: str, **kwargs: str) -> list[Any]
 
 def _api_error(exc: ApiException, namespace: str | None) -> str:
     """An ApiException as an operator reads it: the status, the server's message, and what to do."""
-    message = _status_message(exc)
-    if exc.status == 403:
-        return (f"forbidden: {message} (the sync_quotas service account lacks this permission: apply "
-                "deploy/components/quotas, whose ClusterRole grants it)")
-    if exc.status == 401:
-        return f"unauthorized: {message} (the service account token or kubeconfig credentials are not accepted)"
-    if exc.status == 409 and "already exists" in message:
-        return (f"{message}: a ResourceQuota named {QUOTA_NAME} that volcano-injector does not manage (no "
-                f"{'='.join(MANAGED_BY)} label) is in the way; it is left alone: rename or delete it")
-    if exc.status == 409:
-        return f"{message}: the quota changed while this run updated it; the next run retries"
-    if exc.status == 404:
-        return f"{message}: the namespace {namespace} was deleted during the run"
-    return f"HTTP {exc.status}: {message}"
-
-
-def _status_message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "")["message"])
-    except (TypeError, ValueError, KeyError):
-        return str(exc.reason or exc.body or "no message")
+    hints = {404: f"the namespace {namespace} was deleted during the run",
+             409: "the quota changed while this run updated it; the next run retries"}
+    if exc.status == 409 and "already exists" in api_status_message(exc):
+        hints[409] = (f"a ResourceQuota named {QUOTA_NAME} that volcano-injector does not manage (no "
+                      f"{'='.join(MANAGED_BY)} label) is in the way; it is left alone: rename or delete it")
+    return api_error_text(exc, grants="deploy/components/quotas", status_hints=hints)
 
 
 @transaction.atomic

@@ -8,8 +8,10 @@ imported here only, so processes that never call the API (the webhook, with that
 
 from __future__ import annotations
 
+import json
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kubernetes.client import AdmissionregistrationV1Api, ApiClient, CoreV1Api
@@ -57,3 +59,37 @@ def kube_admission_api(api_client: ApiClient | None = None) -> Admissionregistra
     from kubernetes import client
 
     return client.AdmissionregistrationV1Api(api_client or kube_api_client())
+
+
+def kube_arguments_add(parser: Any) -> None:
+    """The --kubeconfig and --context options every management command that calls the API takes, as kubectl's."""
+    parser.add_argument("--kubeconfig", default=None,
+                        help="A kubeconfig file (default: in a Pod its service account, else KUBECONFIG or "
+                             "~/.kube/config).")
+    parser.add_argument("--context", default=None, help="The kubeconfig context to use (default: its current one).")
+
+
+def api_status_message(exc: Any) -> str:
+    """The API server's own message of an ApiException (its Status body), else the HTTP reason."""
+    body = getattr(exc, "body", None)
+    try:
+        return str(json.loads(body or "")["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(getattr(exc, "reason", None) or body or "no message")
+
+
+def api_error_text(exc: Any, *, grants: str, status_hints: Mapping[int, str] | None = None) -> str:
+    """An ApiException as an operator reads it: the status, the server's message, and what to do.
+
+    `grants` names what grants the missing permission (a kustomize component), for 403; `status_hints` adds
+    what a status means to this caller (404 of a CRD, 409 of an object in the way, 410 of a paged list).
+    """
+    message = api_status_message(exc)
+    status: int | None = getattr(exc, "status", None)
+    if status_hints and status is not None and status in status_hints:
+        return f"{status}: {message} ({status_hints[status]})"
+    if status == 403:
+        return f"403 forbidden: {message} (the service account lacks this permission: apply {grants}, which grants it)"
+    if status == 401:
+        return f"401 unauthorized: {message} (the service account token or kubeconfig credentials are not accepted)"
+    return f"HTTP {status}: {message}"

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
+from injector_site.platform.kube import api_error_text
+
 from ..engine import JsonObject, Mode, PolicySpec, is_namespace_pattern, select_policy
 from .rehearsal import Rehearsal, namespace_rehearsal, rehearsal_since
 from .rollup import rollup_sums
@@ -105,18 +107,10 @@ def policy_report_write(*, api: CustomObjectsApi, report: JsonObject) -> str:
     return "replaced"
 
 
-def api_error_text(exc: Any) -> str:
-    """An ApiException as an operator reads it: the status, the server's message and, for 403/404, what to do."""
-    import json
-
-    try:
-        message = str(json.loads(exc.body).get("message") or exc.body)
-    except (TypeError, ValueError):
-        message = str(exc.body or exc.reason)
-    if exc.status == 404:
-        return (f"404: {message} (is the PolicyReport CRD wgpolicyk8s.io/v1alpha2 installed? Kyverno and Policy "
-                "Reporter install it)")
-    if exc.status in (401, 403):
-        return (f"{exc.status}: {message} (the job needs create and update on policyreports.wgpolicyk8s.io: "
-                "deploy/components/policy-reports grants them)")
-    return f"{exc.status} {exc.reason}: {message}"
+def policy_report_error_text(exc: Any) -> str:
+    """An ApiException of a PolicyReport write as an operator reads it, with what to do for 401/403/404."""
+    grants = ("the job needs create and update on policyreports.wgpolicyk8s.io: deploy/components/policy-reports "
+              "grants them")
+    return api_error_text(exc, grants="deploy/components/policy-reports", status_hints={
+        401: grants, 403: grants,
+        404: "is the PolicyReport CRD wgpolicyk8s.io/v1alpha2 installed? Kyverno and Policy Reporter install it"})

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from injector_site.platform.kube import REQUEST_TIMEOUT_SECONDS
+from injector_site.platform.kube import REQUEST_TIMEOUT_SECONDS, api_error_text
 from mutations.engine.inventory import NodeConfig, NodeReading, node_config_parse, node_read
 
 if TYPE_CHECKING:
@@ -104,19 +104,5 @@ def _node_configs(api: CoreV1Api, name: str, namespace: str, timeout_seconds: fl
 
 
 def _api_error(exc: ApiException) -> str:
-    message = _status_message(exc)
-    if exc.status == 403:
-        return f"forbidden: {message} (the service account lacks this permission: apply {COMPONENT}, which grants it)"
-    if exc.status == 401:
-        return f"unauthorized: {message} (the service account token or kubeconfig credentials are not accepted)"
-    if exc.status == 410:
-        return f"{message}: the list changed too much while it was paged; the next run starts over"
-    return f"HTTP {exc.status}: {message}"
-
-
-def _status_message(exc: ApiException) -> str:
-    body = exc.body
-    try:
-        return str(json.loads(body or "")["message"])
-    except (TypeError, ValueError, KeyError):
-        return str(exc.reason or body or "no message")
+    return api_error_text(exc, grants=COMPONENT,
+                          status_hints={410: "the list changed too much while it was paged; the next run starts over"})

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from injector_site.platform.kube import KubeConfigError, kube_admission_api, kube_api_client, kube_core_api
+from injector_site.platform.kube import (
+    KubeConfigError,
+    kube_admission_api,
+    kube_api_client,
+    kube_arguments_add,
+    kube_core_api,
+)
 from mutations.audit.unconverted import PODS_KEPT, unconverted_pods_find, unconverted_scan_record
 from mutations.engine import Mode
 from profiles.catalog import catalog_current, policy_for_namespace
@@ -18,9 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--webhook-configuration", default="volcano-injector",
                             help="The MutatingWebhookConfiguration whose selectors say which Pods the webhook "
                                  "sees (default volcano-injector).")
-        parser.add_argument("--kubeconfig", default=None,
-                            help="Outside a Pod: the kubeconfig to use (default KUBECONFIG, else ~/.kube/config).")
-        parser.add_argument("--context", default=None, help="The kubeconfig context to use (default: current).")
+        kube_arguments_add(parser)
         parser.add_argument("--no-record", action="store_true",
                             help="Only print what is found; keep the recorded result (metrics, dashboard) as it is.")
 

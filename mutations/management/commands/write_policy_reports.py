@@ -7,11 +7,11 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from injector_site.platform.kube import KubeConfigError, kube_api_client
+from injector_site.platform.kube import KubeConfigError, kube_api_client, kube_arguments_add
 from mutations.audit.policy_reports import (
-    api_error_text,
     audit_only_namespaces,
     namespace_policy_report,
+    policy_report_error_text,
     policy_report_write,
 )
 from profiles.catalog import catalog_build
@@ -23,9 +23,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true", help="Print the reports as JSON; write nothing.")
-        parser.add_argument("--kubeconfig", help="A kubeconfig file (default: in a Pod its service account, else "
-                                                 "KUBECONFIG or ~/.kube/config).")
-        parser.add_argument("--context", help="The kubeconfig context to use.")
+        kube_arguments_add(parser)
 
     def handle(self, *args, dry_run: bool, kubeconfig: str | None, context: str | None, **options):
         policies = catalog_build().policies  # read now, not a cached copy: runs are minutes apart
@@ -50,7 +48,7 @@ class Command(BaseCommand):
                     action = policy_report_write(api=api, report=report)
                 except ApiException as exc:
                     failed.append(namespace)
-                    self.stdout.write(f"{namespace}: failed: {api_error_text(exc)}")
+                    self.stdout.write(f"{namespace}: failed: {policy_report_error_text(exc)}")
                     continue
                 except HTTPError as exc:
                     raise CommandError(f"cannot reach the API server at {api_client.configuration.host}: "

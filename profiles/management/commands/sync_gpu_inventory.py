@@ -4,7 +4,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from injector_site.platform.kube import REQUEST_TIMEOUT_SECONDS, KubeConfigError, kube_api_client, kube_core_api
+from injector_site.platform.kube import (
+    REQUEST_TIMEOUT_SECONDS,
+    KubeConfigError,
+    kube_api_client,
+    kube_arguments_add,
+    kube_core_api,
+)
 from profiles.inventory.read import InventoryReadError, cluster_read
 from profiles.inventory.store import gpu_inventory_failed, gpu_inventory_latest, gpu_inventory_store
 
@@ -16,9 +22,7 @@ class Command(BaseCommand):
             "and store the node pools admissions are checked against; a failed read keeps the last good ones.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--kubeconfig", help="A kubeconfig file (default: in a Pod its service account, else "
-                                                 "KUBECONFIG or ~/.kube/config).")
-        parser.add_argument("--context", help="The kubeconfig context to use.")
+        kube_arguments_add(parser)
         parser.add_argument("--node-config", default=None,
                             help="The device plugin's per-node ConfigMap as NAMESPACE/NAME (default: "
                                  "INJECTOR_GPU_NODE_CONFIG_NAMESPACE/INJECTOR_GPU_NODE_CONFIG_NAME, "

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from injector_site.platform.kube import KubeConfigError, kube_api_client, kube_core_api
+from injector_site.platform.kube import KubeConfigError, kube_api_client, kube_arguments_add, kube_core_api
 from profiles.catalog import catalog_build
 from profiles.quotas import QUOTA_NAME, QuotaApiError, namespace_quotas_store, quotas_sync
 
@@ -15,9 +15,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true", help="Say what would change; change and record nothing.")
-        parser.add_argument("--kubeconfig", help="A kubeconfig file (default: in a Pod its service account, else "
-                                                 "KUBECONFIG or ~/.kube/config).")
-        parser.add_argument("--context", help="The kubeconfig context to use.")
+        kube_arguments_add(parser)
 
     def handle(self, *args, dry_run: bool, kubeconfig: str | None, context: str | None, **options):
         from urllib3.exceptions import HTTPError
