@@ -40,11 +40,17 @@ def object_admin_url(object_type: str, object_id: int) -> str | None:
 
 
 REASON_FIELD = "change_reason"
+# How much of a change's reason its row in the admin's list shows.
+WHY_CHARS = 120
 
 
 class ChangeHistoryMixin:
     """The admin's "History" button of a change-logged object opens its rows in the change log; its change form
-    takes an optional reason, kept on the change the save makes."""
+    takes an optional reason, kept on the change the save makes (change_reason_initial may fill it in)."""
+
+    def change_reason_initial(self, request, obj) -> str:
+        """The Reason a GET of the form starts with ("" unless a subclass knows why the change is being made)."""
+        return ""
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]
@@ -53,8 +59,9 @@ class ChangeHistoryMixin:
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         base: type[forms.ModelForm] = kwargs.get("form") or self.form  # type: ignore[attr-defined]
-        reason = forms.CharField(label="Reason", required=False, max_length=REASON_MAX_CHARS,
-                                 widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
+        initial = self.change_reason_initial(request, obj) if request.method == "GET" else ""
+        reason = forms.CharField(label="Reason", required=False, max_length=REASON_MAX_CHARS, initial=initial,
+                                 widget=forms.Textarea(attrs={"rows": 4 if initial else 2, "cols": 60}))
         kwargs["form"] = type(base.__name__, (base,), {REASON_FIELD: reason})
         return super().get_form(request, obj, change, **kwargs)  # type: ignore[misc]
 
@@ -72,7 +79,7 @@ class ChangeHistoryMixin:
 class ObjectChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: rows are written by the change log only."""
 
-    list_display = ["id", "time", "user_name", "through", "action", "object_type", "object_repr", "changes"]
+    list_display = ["id", "time", "user_name", "through", "action", "object_type", "object_repr", "changes", "why"]
     list_display_links = ["id", "time"]
     list_filter = ["object_type", "action", "through"]
     search_fields = ["object_repr", "user_name", "request_id", "reason"]
@@ -87,6 +94,11 @@ class ObjectChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def changes(self, obj: ObjectChange) -> str:
         return ", ".join(changed_fields(obj)) or ("(new)" if obj.action == "create" else
                                                   "(deleted)" if obj.action == "delete" else "")
+
+    @admin.display(description="reason")
+    def why(self, obj: ObjectChange) -> str:
+        """The reason's start: the whole of it is on the change's page."""
+        return obj.reason if len(obj.reason) <= WHY_CHARS else obj.reason[:WHY_CHARS - 1] + "…"
 
     @admin.display(description="before and after")
     def diff(self, obj: ObjectChange) -> str:

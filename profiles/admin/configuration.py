@@ -16,6 +16,8 @@ from django.utils.http import urlencode
 
 from injector_site.platform.admin_permissions import ViewOnlyAdminMixin
 from mutations.engine import is_namespace_pattern, mib_text
+from mutations.models import SizeRecommendation
+from mutations.rightsizing.apply import recommendation_reason
 from mutations.webhook.decide import pod_preview, preview_answer
 
 from ..catalog import namespace_policy_inherited
@@ -125,6 +127,14 @@ class GpuModelAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
         return [f"preset {name} (pinned to this GPU model)" for name in obj.presets.values_list("name", flat=True)]
 
 
+def _applied_recommendation(request, preset: Preset) -> SizeRecommendation | None:
+    """The recommendation an Apply link names (?recommendation=id), if it is this preset's."""
+    pk = request.GET.get("recommendation", "")
+    if not pk.isdigit():
+        return None
+    return SizeRecommendation.objects.filter(pk=int(pk), kind=SizeRecommendation.Kind.PRESET, name=preset.name).first()
+
+
 @admin.register(Preset)
 class PresetAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
     form = PresetForm
@@ -178,15 +188,25 @@ class PresetAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
 
     def get_object(self, request, object_id, from_field=None):
         """On a GET from a right-sizing recommendation's Apply (?vgpu_memory_mib=N&recommendation=id): the form
-        shows the recommended size, unsaved, so the impact preview replays it before anyone saves."""
+        shows the recommended size, unsaved, so the impact preview replays it before anyone saves (the stored
+        recommendation's size when it is this preset's, else the query's)."""
         obj = super().get_object(request, object_id, from_field)
         size = request.GET.get("vgpu_memory_mib", "")
-        if obj is not None and request.method == "GET" and size.isdigit() and int(size) > 0:
-            messages.info(request, f"vGPU memory filled in from recommendation {request.GET.get('recommendation', '')}"
-                                   f": {obj.vgpu_memory_mib:,} MiB now, {int(size):,} MiB recommended. Show the "
-                                   "impact below, then save (or leave without saving).")
-            obj.vgpu_memory_mib = int(size)
+        if obj is None or request.method != "GET" or not (size.isdigit() and int(size) > 0):
+            return obj
+        row = _applied_recommendation(request, obj)
+        recommended = row.recommended_mib if row is not None and row.recommended_mib else int(size)
+        which = (f"recommendation {row.pk}" if row is not None
+                 else f"the link (recommendation {request.GET.get('recommendation', '')!s} is not this preset's)")
+        messages.info(request, f"Filled in from {which}: vGPU memory {obj.vgpu_memory_mib:,} MiB now, "
+                               f"{recommended:,} MiB recommended. Show the impact below, then save (or leave without "
+                               "saving); the Reason says what the recommendation was.")
+        obj.vgpu_memory_mib = recommended
         return obj
+
+    def change_reason_initial(self, request, obj) -> str:
+        row = _applied_recommendation(request, obj) if obj is not None else None
+        return recommendation_reason(row=row) if row is not None else ""
 
     def save_model(self, request, obj, form, change):
         preset_save(preset=obj)

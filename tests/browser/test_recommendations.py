@@ -1,5 +1,6 @@
 """An operator opens the right-sizing page, follows a preset recommendation's Apply, reads the impact of the
-recommended size before saving, saves, and finds the change in the change log: headless Chromium."""
+recommended size before saving, saves, and finds the change in the change log with the recommendation as its
+reason: headless Chromium."""
 
 import pytest
 from django.core.management import call_command
@@ -30,11 +31,12 @@ def recommended(django_user_model):
             "queries": ["max_over_time(vGPU_device_memory_usage_in_bytes[7d])"], "headroom_percent": 15,
             "quantile": 0.99, "notes": ["p99 + 15 % headroom, never below the peak"],
             "memory_chart_mib": [[i * 3600, smaller / 1.3 + (i % 24) * 40] for i in range(160)]})
-    return preset.pk, preset.vgpu_memory_mib, smaller
+    row = SizeRecommendation.objects.get(kind="preset", name="llm-7b")
+    return preset.pk, preset.vgpu_memory_mib, smaller, row.pk
 
 
 def test_apply_opens_the_impact_preview_and_saves_through_the_change_log(recommended, live_server, page):
-    preset_id, before, smaller = recommended  # rows first: no ORM call while Playwright's loop runs
+    preset_id, before, smaller, row_id = recommended  # rows first: no ORM call while Playwright's loop runs
     page.goto(f"{live_server.url}/dashboard/recommendations/")
     page.fill("#id_username", "operator")
     page.fill("#id_password", PASSWORD)
@@ -47,6 +49,10 @@ def test_apply_opens_the_impact_preview_and_saves_through_the_change_log(recomme
     page.wait_for_url(f"{live_server.url}/admin/profiles/preset/{preset_id}/change/?*")
     assert page.locator("#id_vgpu_memory_mib").input_value() == str(smaller)
     assert "recommended" in page.locator(".messagelist").inner_text()
+    reason = page.locator("#id_change_reason").input_value()
+    assert reason.startswith(f"Right-sizing recommendation {row_id} for preset llm-7b: {before:,} MiB -> "
+                             f"{smaller:,} MiB per vGPU (smaller, confidence high), from memory use")
+    assert "12 Pods, 20,000 samples, 160 h of a 7-day window" in reason
 
     page.click("#impact-run")
     summary = page.locator("#impact-summary")
@@ -62,3 +68,5 @@ def test_apply_opens_the_impact_preview_and_saves_through_the_change_log(recomme
     page.wait_for_url(f"{live_server.url}/dashboard/changes/*/")
     changed_row = page.locator("table.diff tr.changed")
     assert str(before) in changed_row.inner_text() and str(smaller) in changed_row.inner_text()
+    assert page.locator("dd.reason").inner_text() == reason  # the saved change carries the recommendation
+    page.screenshot(path=str(ARTIFACTS / "recommendation-applied-change.png"), full_page=True)
