@@ -40,6 +40,10 @@ class Observed:
     hours: int = 0
     peak_mib: float | None = None
     percentile_mib: float | None = None
+    # Whose use the memory read is (DCGM exporter's whole-card reading; "" for HAMi's per-container one), and
+    # whether it is only an upper bound of each Pod's (a card the Pod did not hold alone).
+    memory_attribution: str = ""
+    memory_upper_bound: bool = False
     oom_pods: int = 0
     kv_engine: str = ""
     kv_peak: float | None = None
@@ -111,10 +115,23 @@ def memory_advice(*, current_mib: int, observed: Observed, thresholds: Threshold
     recommended = granule_up(max(high * (1 + thresholds.headroom_percent / 100), observed.peak_mib))
     if card_mib:
         recommended = min(recommended, card_mib)
+    computed = (f"p{thresholds.quantile * 100:g} {high:,.0f} MiB + {thresholds.headroom_percent:g} % headroom, "
+                f"never below the peak {observed.peak_mib:,.0f} MiB")
+    if observed.memory_upper_bound and recommended > current_mib:
+        # Other Pods' memory may be in the reading: it justifies no larger size (an OOM kill still raises it).
+        advice = Advice("insufficient", "memory", notes=[
+            (f"{observed.memory_attribution}; {computed} gives {recommended:,} MiB, above the {current_mib:,} MiB "
+             "grant: no size is recommended from it")])
+        if observed.oom_pods:
+            advice.state, advice.confidence = "ok", confidence_of(observed, thresholds)
+        return _oom_raised(advice, current_mib, observed, card_mib)
     advice = Advice("ok", "memory", recommended, _direction(current_mib, recommended),
                     confidence_of(observed, thresholds))
-    advice.notes.append(f"p{thresholds.quantile * 100:g} {high:,.0f} MiB + {thresholds.headroom_percent:g} % "
-                        f"headroom, never below the peak {observed.peak_mib:,.0f} MiB")
+    advice.notes.append(computed)
+    if observed.memory_upper_bound:
+        advice.notes.append(f"{observed.memory_attribution}; the Pods may need less still")
+    elif observed.memory_attribution:
+        advice.notes.append(observed.memory_attribution)
     return _oom_raised(advice, current_mib, observed, card_mib)
 
 

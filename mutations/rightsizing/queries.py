@@ -3,7 +3,7 @@
 Every query reads a range ending at the evaluation time (max_over_time, quantile_over_time, count_over_time,
 increase over the whole window); none reads a single sample, which near the data's end would be Prometheus'
 five-minute lookback, not the use. Sources are in the order they are tried: the first that has series for a
-group's Pods is read (a cluster runs one generation of HAMi's monitor).
+group's Pods is read (a cluster runs one generation of HAMi's monitor; DCGM exporter only when none runs).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class MetricSource:
     namespace_label: str
     pod_label: str
     what: str
+    unit: str = "bytes"  # of a memory metric: "bytes" or "MiB"
 
     def selector(self, namespace: str, pod_regex: str, extra: str = "") -> str:
         return (f'{self.metric}{{{self.namespace_label}="{namespace}",{self.pod_label}=~"{pod_regex}"'
@@ -28,6 +29,21 @@ class MetricSource:
     def by(self) -> str:
         return f"{self.namespace_label},{self.pod_label}"
 
+    @property
+    def mib_per_unit(self) -> float:
+        return 1.0 if self.unit == "MiB" else 1 / BYTES_PER_MIB
+
+
+# DCGM exporter (NVIDIA/dcgm-exporter): DCGM_FI_DEV_FB_USED is one card's framebuffer use in MiB
+# (etc/default-counters.csv). With --kubernetes it labels a card's series with the Pod kubelet's pod-resources API
+# says holds it: pod/namespace/container, or pod_name/pod_namespace/container_name with --use-old-namespace
+# (internal/pkg/transformation/const.go); a scrape without honor_labels (the exporter's Helm chart's default,
+# serviceMonitor.honorLabels: false) renames pod/namespace to exported_pod/exported_namespace. Each card's series
+# carries its UUID in the label UUID. Read only when no HAMi series exist: its value is the whole card's, which is
+# one Pod's only when that Pod held the card alone (dcgm.py).
+DCGM = "DCGM exporter"
+DCGM_FB_USED, DCGM_FB_FREE, DCGM_CARD_LABEL = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "UUID"
+DCGM_POD_LABELS = (("exported_namespace", "exported_pod"), ("namespace", "pod"), ("pod_namespace", "pod_name"))
 
 # HAMi's vGPU monitor (the device plugin's), per container and vGPU, in bytes (Project-HAMi/HAMi
 # cmd/vGPUmonitor/metrics.go). The first generation labels the Pod podnamespace/podname; the newer
@@ -37,6 +53,7 @@ MEMORY_SOURCES = (
     MetricSource("vGPU_device_memory_usage_in_bytes", "podnamespace", "podname", "HAMi vGPU monitor"),
     MetricSource("hami_vgpu_memory_used_bytes", "exported_namespace", "exported_pod", "HAMi vGPU monitor"),
     MetricSource("hami_vgpu_memory_used_bytes", "namespace", "pod", "HAMi vGPU monitor"),
+    *(MetricSource("DCGM_FI_DEV_FB_USED", namespace, pod, DCGM, unit="MiB") for namespace, pod in DCGM_POD_LABELS),
 )
 
 # Serving engines' KV-cache use, 0-1, labelled by the scrape with the Pod's namespace and name. vLLM renamed
@@ -88,3 +105,29 @@ def hourly_peak(source: MetricSource, selector: str) -> str:
 
 def increase(source: MetricSource, selector: str, window: str) -> str:
     return f"sum by ({source.by}) (increase({selector}[{window}]))"
+
+
+def card_peak(source: MetricSource, selector: str, window: str) -> str:
+    """Each Pod's peak on each card it was read on (DCGM exporter: one series per card)."""
+    return f"max by ({source.by},{DCGM_CARD_LABEL}) (max_over_time({selector}[{window}]))"
+
+
+def card_regex(cards: list[str]) -> str:
+    return "|".join(_escaped(card) for card in sorted(cards))
+
+
+def pods_at_once(source: MetricSource, cards: list[str], window: str) -> str:
+    """The most Pods DCGM exporter labelled one card with at the same time (every 5 minutes over the window): more
+    than one, and the card's reading was shared by them."""
+    selector = f'{DCGM_FB_USED}{{{DCGM_CARD_LABEL}=~"{card_regex(cards)}",{source.pod_label}!=""}}'
+    return (f"max by ({DCGM_CARD_LABEL}) (max_over_time(count by ({DCGM_CARD_LABEL}) ({selector})"
+            f"[{window}:5m]))")
+
+
+def card_memory(cards: list[str], window: str) -> str:
+    """Each card's memory as DCGM exporter sees it: used + free (hourly over the window; the reserved part, on
+    recent drivers, is in neither)."""
+    regex = card_regex(cards)
+    used = f'max by ({DCGM_CARD_LABEL}) ({DCGM_FB_USED}{{{DCGM_CARD_LABEL}=~"{regex}"}})'
+    free = f'max by ({DCGM_CARD_LABEL}) ({DCGM_FB_FREE}{{{DCGM_CARD_LABEL}=~"{regex}"}})'
+    return f"max by ({DCGM_CARD_LABEL}) (max_over_time(({used} + {free})[{window}:1h]))"

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from mutations.models import SizeRecommendation
 
-from . import queries
+from . import dcgm, queries
 from .compute import PREALLOCATING_ENGINES, Advice, Observed, Thresholds, card_fit, kv_advice, memory_advice
 from .groups import SizedGroup, sized_groups
 from .prometheus import PrometheusConfig, PrometheusReader, PrometheusUnavailable, Series
@@ -51,6 +51,11 @@ class _Reading:
                 found.append(source.selector(namespace, regex, extra))
         return found
 
+    def query(self, expr: str) -> list[Series]:
+        """One query over the window, not per Pod (the cards' queries)."""
+        self.texts.append(expr)
+        return self.reader.query(expr, at=self.at)
+
     def instant(self, build, source: queries.MetricSource, extra: str = "") -> list[Series]:
         found: list[Series] = []
         for selector in self._selectors(source, extra):
@@ -89,18 +94,39 @@ def _chart(hourly: list[Series], scale: float) -> tuple[int, list[list[float]]]:
     return len(peaks), [[at, round(value, 3)] for at, value in sorted(peaks.items())]
 
 
+def _cards_read(reading: _Reading, source: queries.MetricSource, grant_mib: int) -> dict:
+    """DCGM exporter: which cards the Pods were read on, how many Pods each card carried at once, each card's
+    memory; then whether the readings are the Pods' own (dcgm.attribution)."""
+    per_card = reading.instant(lambda s, sel: queries.card_peak(s, sel, reading.window), source)
+    pod_peaks: dict[str, float] = {}
+    for series in per_card:
+        key = "/".join(_pod(series, source))
+        pod_peaks[key] = max(pod_peaks.get(key, 0.0), series.value * source.mib_per_unit)
+    cards = sorted({s.labels.get(queries.DCGM_CARD_LABEL, "") for s in per_card} - {""})
+    at_once: dict[str, int] = {}
+    card_mib: dict[str, float] = {}
+    for start in range(0, len(cards), PODS_PER_QUERY):
+        chunk = cards[start:start + PODS_PER_QUERY]
+        for series in reading.query(queries.pods_at_once(source, chunk, reading.window)):
+            at_once[series.labels.get(queries.DCGM_CARD_LABEL, "")] = int(series.value)
+        for series in reading.query(queries.card_memory(chunk, reading.window)):  # MiB, as FB_USED
+            card_mib[series.labels.get(queries.DCGM_CARD_LABEL, "")] = series.value
+    return dcgm.attribution(dcgm.CardReading(grant_mib=grant_mib, pod_peaks_mib=pod_peaks, cards=frozenset(cards),
+                                             pods_at_once=at_once, card_mib=card_mib))
+
+
 def group_observe(*, reader: PrometheusReader, group: SizedGroup, days: int, quantile: float,
                   at: float) -> tuple[Observed, dict]:
     """Every number the advice needs, and the evidence (queries, sources, the hourly chart)."""
     reading = _Reading(reader, group, f"{days}d", at, days)
     observed = Observed()
     evidence: dict = {"window_days": days, "quantile": quantile, "evaluated_at": at}
-    mib = 1 / queries.BYTES_PER_MIB
     pods: set[tuple[str, str]] = set()
     source, peaks = reading.first_source(queries.MEMORY_SOURCES,
                                          lambda s, sel: queries.peak(s, sel, reading.window))
     if source is not None:
-        evidence["memory_metric"] = source.metric
+        mib = source.mib_per_unit
+        evidence["memory_metric"], evidence["memory_source"] = source.metric, source.what
         observed.peak_mib = max(s.value for s in peaks) * mib
         pods |= {_pod(s, source) for s in peaks}
         high = reading.instant(lambda s, sel: queries.percentile(s, sel, reading.window, quantile), source)
@@ -108,6 +134,11 @@ def group_observe(*, reader: PrometheusReader, group: SizedGroup, days: int, qua
         counted = reading.instant(lambda s, sel: queries.samples(s, sel, reading.window), source)
         observed.samples = int(sum(s.value for s in counted))
         observed.hours, evidence["memory_chart_mib"] = _chart(reading.hourly(source), mib)
+        if source.what == queries.DCGM:  # a whole card's reading: the Pod's own only if it held the card alone
+            found = _cards_read(reading, source, group.current_mib)
+            evidence["memory_attribution"] = found
+            observed.memory_upper_bound = not found["attributable"]
+            observed.memory_attribution = found["summary"]
     kv_source, kv_peaks = reading.first_source(queries.KV_SOURCES,
                                                lambda s, sel: queries.peak(s, sel, reading.window))
     if kv_source is not None:

@@ -56,3 +56,13 @@ def test_says_when_prometheus_could_not_be_read(staff_client):
 def test_needs_the_audit_permission(client, django_user_model):
     client.force_login(django_user_model.objects.create_user("viewer", password="pw-for-tests-only", is_staff=True))
     assert client.get("/dashboard/recommendations/").status_code == 403
+
+
+def test_says_which_memory_source_was_read_and_when_it_is_only_an_upper_bound(staff_client):
+    recommendation(name="infer-16g", current_mib=16_384, recommended_mib=10_496, evidence={
+        "memory_source": "DCGM exporter", "memory_metric": "DCGM_FI_DEV_FB_USED", "quantile": 0.99,
+        "headroom_percent": 15, "notes": ["2 Pods were on one card at the same time; the Pods may need less still"],
+        "memory_attribution": {"attributable": False, "summary": "2 Pods were on one card at the same time"}})
+    page = staff_client.get("/dashboard/recommendations/").content.decode()
+    assert "memory from DCGM exporter (<code>DCGM_FI_DEV_FB_USED</code>), an upper bound;" in page
+    assert "2 Pods were on one card at the same time; the Pods may need less still" in page

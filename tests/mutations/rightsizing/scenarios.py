@@ -1,5 +1,6 @@
 """The history the right-sizing tests share: Pods the audit says were sized, and their use in Prometheus:
-batch Pods far below their grant, vLLM servers idle or preempting, an hour-old group, an OOM kill."""
+batch Pods far below their grant, vLLM servers idle or preempting, an hour-old group, an OOM kill, and Pods
+seen only by DCGM exporter (whole cards, a card shared by two vGPU Pods, cards used past the Pods' grants)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,14 @@ def wave(low: float, high: float):
     return lambda hour: low + (high - low) * (0.5 + 0.5 * math.sin(hour / 24 * 2 * math.pi))
 
 
+def dcgm_card(found: History, card: str, pods: list[dict[str, str]], used_mib, *, card_mib: int) -> None:
+    """DCGM exporter's series of one card: FB_USED and FB_FREE (MiB), labelled with each Pod it mapped to the card."""
+    card_labels = {"UUID": card, "gpu": card[-1], "modelName": "NVIDIA A100-SXM4-80GB", "Hostname": "gpu-node-1"}
+    for pod in pods:
+        found.add("DCGM_FI_DEV_FB_USED", {**card_labels, **pod}, used_mib, hours=HOURS)
+        found.add("DCGM_FI_DEV_FB_FREE", {**card_labels, **pod}, lambda hour: card_mib - used_mib(hour), hours=HOURS)
+
+
 def history() -> History:
     found = History(end=NOW - 60)
     for pod in ("train-a", "train-b", "train-c"):  # the first generation of HAMi's monitor
@@ -56,6 +65,22 @@ def history() -> History:
         found.add("vGPU_device_memory_usage_in_bytes",
                   {"podnamespace": "etl", "podname": pod, "ctrname": "main", "vdeviceid": "0"},
                   wave(1 * GIB, 2 * GIB), hours=HOURS)
+    # DCGM exporter only (no HAMi monitor on these nodes). Scraped without honor_labels: the exporter's Pod labels
+    # become exported_*, and namespace/pod name the exporter's own Pod.
+    exporter = {"namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-x7k2p"}
+    for index, pod in enumerate(("sim-a", "sim-b")):  # whole 80 GB cards, one Pod each
+        dcgm_card(found, f"GPU-5f0c1a2e-0000-4000-8000-00000000000{index}",
+                  [{**exporter, "exported_namespace": "sim", "exported_pod": pod, "exported_container": "main"}],
+                  wave(20_000, 30_000), card_mib=81_050)
+    # Two vGPU Pods on one 40 GB card, both labelled with the card's whole use (--kubernetes-virtual-gpus),
+    # scraped with honor_labels.
+    dcgm_card(found, "GPU-7a1d33c4-0000-4000-8000-000000000001",
+              [{"namespace": "infer", "pod": pod, "container": "main"} for pod in ("infer-a", "infer-b")],
+              wave(5_000, 9_000), card_mib=40_326)
+    for index, pod in enumerate(("nb-a", "nb-b")):  # --use-old-namespace; each card's use passes the 8 GiB grant
+        dcgm_card(found, f"GPU-9c3e55d0-0000-4000-8000-00000000000{index}",
+                  [{"pod_namespace": "notebooks", "pod_name": pod, "container_name": "main"}],
+                  wave(9_000, 12_000), card_mib=40_326)
     found.add("kube_pod_container_status_last_terminated_reason",
               {"namespace": "etl", "pod": "etl-b", "container": "main", "reason": "OOMKilled"},
               lambda hour: 1.0 if hour > 30 else 0.0, hours=HOURS)
@@ -88,6 +113,18 @@ def sized_pods() -> None:
         audit_row(namespace="etl", pod_name=pod, generate_name="", preset_name="etl-4g", policy_name="etl",
                   source="namespace policy etl", vgpu_memory_mib=4_096,
                   containers=[{"container": "main", "vgpu_number": 1, "vgpu_memory_mib": 4_096}])
+    dcgm_pods()
+
+
+def dcgm_pods() -> None:
+    """The audit rows of the Pods DCGM exporter alone saw."""
+    for namespace, preset, grant_mib, pods in (("sim", "sim-80g", 81_920, ("sim-a", "sim-b")),
+                                               ("infer", "infer-16g", 16_384, ("infer-a", "infer-b")),
+                                               ("notebooks", "nb-8g", 8_192, ("nb-a", "nb-b"))):
+        for pod in pods:
+            audit_row(namespace=namespace, pod_name=pod, generate_name="", preset_name=preset,
+                      source=f"annotation {ANN_PRESET}", vgpu_memory_mib=grant_mib,
+                      containers=[{"container": "main", "vgpu_number": 1, "vgpu_memory_mib": grant_mib}])
 
 
 def refreshed(prometheus) -> dict[tuple[str, str], SizeRecommendation]:

@@ -94,3 +94,36 @@ def test_a_subject_that_sized_no_pod_in_the_window_has_nothing_recommended(prome
     refreshed(prometheus)
     row = SizeRecommendation.objects.get(name="retired-8g")
     assert (row.state, row.recommended_mib, row.message) == ("insufficient", None, "no Pods sized in the last 3 days")
+
+
+@pytest.mark.django_db
+def test_dcgm_exporter_is_read_when_hami_is_absent_and_a_whole_card_is_the_pods_own(prometheus):
+    row = refreshed(prometheus)[("preset", "sim-80g")]
+    assert (row.state, row.basis, row.direction, row.pods) == ("ok", "memory", "smaller", 2)
+    assert (row.evidence["memory_source"], row.evidence["memory_metric"]) == ("DCGM exporter", "DCGM_FI_DEV_FB_USED")
+    assert row.peak_mib == pytest.approx(30_000, rel=0.01)  # MiB as exported, not bytes
+    assert row.recommended_mib == 34_560  # p99 ~30,000 MiB + 15 %, on 256 MiB
+    found = row.evidence["memory_attribution"]
+    assert (found["attributable"], found["whole_card"], found["cards"], found["card_mib"]) == (True, True, 2, 81_050)
+    assert any('exported_namespace="sim"' in q for q in row.evidence["queries"])
+    assert any(q.startswith("max by (UUID) (max_over_time(count by (UUID)") for q in row.evidence["queries"])
+
+
+@pytest.mark.django_db
+def test_a_card_shared_by_two_vgpu_pods_is_an_upper_bound_that_may_only_shrink_the_size(prometheus):
+    row = refreshed(prometheus)[("preset", "infer-16g")]
+    assert (row.state, row.direction, row.recommended_mib) == ("ok", "smaller", 10_496)  # ~9,000 MiB + 15 %
+    found = row.evidence["memory_attribution"]
+    assert (found["attributable"], found["most_pods_on_a_card"], found["cards"]) == (False, 2, 1)
+    assert "2 Pods were on one card at the same time" in found["summary"]
+    assert "cannot be attributed to one Pod" in " ".join(row.evidence["notes"])
+
+
+@pytest.mark.django_db
+def test_a_card_used_past_the_pods_grant_recommends_nothing_rather_than_a_larger_size(prometheus):
+    row = refreshed(prometheus)[("preset", "nb-8g")]
+    assert (row.state, row.recommended_mib, row.confidence) == ("insufficient", None, "none")
+    assert row.evidence["memory_attribution"]["attributable"] is False
+    assert "more than its 8,192 MiB grant: other Pods' memory is in it" in row.message
+    assert "no size is recommended from it" in row.message
+    assert any('pod_namespace="notebooks"' in q for q in row.evidence["queries"])
