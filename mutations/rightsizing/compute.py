@@ -19,6 +19,15 @@ GRANULE_MIB = 256
 KEEP_WITHIN_PERCENT = 5
 # How much an out-of-memory kill or a preempting engine raises a size when the data gives no better number.
 RAISE_PERCENT = 25
+# The KV-cache share at which an engine is full (queries.KV_FULL).
+KV_FULL = 0.95
+NO_KV_FOUND = ("no KV-cache use was found (vllm:kv_cache_usage_perc, sglang:token_usage, TGI's "
+               "tgi_batch_current_max_tokens / tgi_batch_max_total_tokens)")
+# Each engine's flag for the longest request, which sets the KV cache it needs to start.
+CONTEXT_FLAGS = {"vLLM": "--max-model-len", "SGLang": "--context-length", "TGI": "--max-total-tokens"}
+# What a KV-cache share means, where it is not the engine's own gauge of its cache's use.
+KV_MEANING = {"TGI": ("the share of the tokens its KV cache holds that the running batch reserved, each request's "
+                      "prompt + max_new_tokens")}
 
 
 @dataclass(frozen=True)
@@ -48,8 +57,12 @@ class Observed:
     kv_engine: str = ""
     kv_peak: float | None = None
     kv_percentile: float | None = None
+    kv_missing: str = ""  # why no KV-cache use could be read, when the engine's own reason is known
     preemptions: float = 0.0
     waiting_peak: float | None = None
+    # Minutes requests waited while the KV cache was full, when the engine's metrics tell it at the same moment
+    # (TGI); None: not measured, and a full cache's peak and a queue's peak are taken together.
+    queued_full_minutes: float | None = None
 
 
 @dataclass
@@ -142,22 +155,33 @@ def kv_advice(*, current_mib: int, observed: Observed, thresholds: Thresholds, s
     `sizing` is the engine's serving explanation from the audit row (weights_mib, activation_mib, overhead_mib,
     kv_cache_mib for kv_tokens, memory_fraction). Preempting (or queueing at a full cache) asks for more.
     """
+    if observed.kv_peak is None:  # whatever the amount of data: nothing here can size a preallocating engine
+        return Advice("insufficient", "kv-cache", notes=[
+            (f"a preallocating engine's memory use is its whole grant at any load, and "
+             f"{observed.kv_missing or NO_KV_FOUND}: nothing to recommend from")])
     short = _too_little(observed, thresholds, "kv-cache")
     if short is not None:
         return short
-    if observed.kv_peak is None:
-        return Advice("insufficient", "kv-cache", notes=[
-            ("a preallocating engine's memory use is its whole grant at any load, and no KV-cache use was found "
-            "(vllm:kv_cache_usage_perc, sglang:token_usage): nothing to recommend from")])
     confidence = confidence_of(observed, thresholds)
-    full = observed.kv_peak >= 0.95
-    if observed.preemptions > 0 or (full and (observed.waiting_peak or 0) > 0):
+    meaning = KV_MEANING.get(observed.kv_engine, "")
+    if observed.queued_full_minutes is not None:
+        pressed = observed.queued_full_minutes > 0
+    else:
+        pressed = observed.kv_peak >= KV_FULL and (observed.waiting_peak or 0) > 0
+    if pressed or observed.preemptions > 0:
         recommended = granule_up(current_mib * (1 + max(RAISE_PERCENT, thresholds.headroom_percent) / 100))
         if card_mib:
             recommended = min(recommended, card_mib)
         advice = Advice("ok", "kv-cache", recommended, _direction(current_mib, recommended), confidence)
-        advice.notes.append(f"the KV cache ran full ({observed.kv_peak:.0%} peak) and the engine preempted "
-                            f"{observed.preemptions:,.0f} request(s): a larger slice (or fewer sequences)")
+        if observed.queued_full_minutes:
+            flag = CONTEXT_FLAGS.get(observed.kv_engine, "--max-model-len")
+            peak = f"{observed.kv_peak:.0%} peak" + (f"; {meaning}" if meaning else "")
+            advice.notes.append(f"the KV cache ran full ({peak}) "
+                                f"and requests waited for it for {observed.queued_full_minutes:,.0f} minute(s): a "
+                                f"larger slice (or a smaller {flag}, or shorter max_new_tokens)")
+        else:
+            advice.notes.append(f"the KV cache ran full ({observed.kv_peak:.0%} peak) and the engine preempted "
+                                f"{observed.preemptions:,.0f} request(s): a larger slice (or fewer sequences)")
         if card_mib and recommended >= card_mib:
             advice.notes.append("the card is full at this size: spread the model over more GPUs (tensor parallel)")
         return _oom_raised(advice, current_mib, observed, card_mib)
@@ -178,18 +202,20 @@ def kv_advice(*, current_mib: int, observed: Observed, thresholds: Thresholds, s
         recommended = min(recommended, card_mib)
     recommended = min(recommended, current_mib) if not observed.oom_pods else recommended
     advice = Advice("ok", "kv-cache", recommended, _direction(current_mib, recommended), confidence)
-    advice.notes.append(f"KV-cache peak {observed.kv_peak:.0%} of a {pool_mib:,.0f} MiB pool ({used_mib:,.0f} MiB "
-                        f"used) + {thresholds.headroom_percent:g} % headroom, on {static_mib:,.0f} MiB of weights, "
-                        f"activations and overhead, at memory fraction {fraction:g}; memory use is not read "
-                        "(the engine preallocates)")
+    advice.notes.append(f"KV-cache peak {observed.kv_peak:.0%}{f' ({meaning})' if meaning else ''} of a "
+                        f"{pool_mib:,.0f} MiB pool ({used_mib:,.0f} MiB used) + {thresholds.headroom_percent:g} % "
+                        "headroom, on "
+                        f"{static_mib:,.0f} MiB of weights, activations and overhead, at memory fraction "
+                        f"{fraction:g}; memory use is not read (the engine preallocates)")
     tokens = int(sizing.get("kv_tokens") or 0)
     if start_kv > wanted_kv and tokens and start_kv > 0:
         fitting = int(wanted_kv / (start_kv / tokens)) // 1024 * 1024
         if fitting >= 1024:
             smaller = granule_up((static_mib + wanted_kv) / fraction)
             advice.max_model_len = fitting
+            flag = CONTEXT_FLAGS.get(observed.kv_engine, "--max-model-len")
             advice.notes.append(f"the start-up need ({start_kv:,.0f} MiB of KV for {tokens:,} tokens) keeps the "
-                                f"size up: with --max-model-len {fitting} the slice could be {smaller:,} MiB")
+                                f"size up: with {flag} {fitting} the slice could be {smaller:,} MiB")
     return _oom_raised(advice, current_mib, observed, card_mib)
 
 

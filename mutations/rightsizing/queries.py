@@ -33,6 +33,34 @@ class MetricSource:
     def mib_per_unit(self) -> float:
         return 1.0 if self.unit == "MiB" else 1 / BYTES_PER_MIB
 
+    @property
+    def name(self) -> str:
+        """What is read, for the evidence."""
+        return self.metric
+
+    def over(self, selector: str, window: str) -> str:
+        """The range a range function reads: the samples of the window."""
+        return f"{selector}[{window}]"
+
+
+@dataclass(frozen=True)
+class RatioSource(MetricSource):
+    """One series of a Pod divided by another of the same Pod (metric / denominator), read as a subquery every
+    minute: a ratio has no samples of its own."""
+
+    denominator: str = ""
+
+    def selector(self, namespace: str, pod_regex: str, extra: str = "") -> str:
+        labels = f'{self.namespace_label}="{namespace}",{self.pod_label}=~"{pod_regex}"{"," + extra if extra else ""}'
+        return f"({self.metric}{{{labels}}} / {self.denominator}{{{labels}}})"
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric} / {self.denominator}"
+
+    def over(self, selector: str, window: str) -> str:
+        return f"{selector}[{window}:{RATIO_STEP}]"
+
 
 # DCGM exporter (NVIDIA/dcgm-exporter): DCGM_FI_DEV_FB_USED is one card's framebuffer use in MiB
 # (etc/default-counters.csv). With --kubernetes it labels a card's series with the Pod kubelet's pod-resources API
@@ -58,16 +86,29 @@ MEMORY_SOURCES = (
 
 # Serving engines' KV-cache use, 0-1, labelled by the scrape with the Pod's namespace and name. vLLM renamed
 # gpu_cache_usage_perc to kv_cache_usage_perc (V1 engine); SGLang's token_usage is the KV pool's use.
-KV_SOURCES = (
+# TGI exports no such gauge. Its router reserves KV-cache blocks for each request's prompt + max_new_tokens
+# before admitting it (backends/v3/src/queue.rs), sets tgi_batch_current_max_tokens to the running batch's
+# reserved tokens (backends/v3/src/backend.rs) and, once at start, tgi_batch_max_total_tokens to the tokens its
+# KV cache holds (backends/v3/src/lib.rs, since TGI 2.3.1; its description is registered under the name
+# tgi_batch_total_tokens). Their ratio is the share of the KV cache the running batch holds.
+TGI = "TGI"
+TGI_RESERVED, TGI_CAPACITY, TGI_QUEUE = "tgi_batch_current_max_tokens", "tgi_batch_max_total_tokens", "tgi_queue_size"
+RATIO_STEP = "1m"
+KV_SOURCES: tuple[MetricSource, ...] = (
     MetricSource("vllm:kv_cache_usage_perc", "namespace", "pod", "vLLM"),
     MetricSource("vllm:gpu_cache_usage_perc", "namespace", "pod", "vLLM"),
     MetricSource("sglang:token_usage", "namespace", "pod", "SGLang"),
+    RatioSource(TGI_RESERVED, "namespace", "pod", TGI, denominator=TGI_CAPACITY),
 )
+TGI_RESERVED_ONLY = MetricSource(TGI_RESERVED, "namespace", "pod", TGI)  # to tell an older TGI from none
 PREEMPTIONS = MetricSource("vllm:num_preemptions_total", "namespace", "pod", "vLLM")
 WAITING_SOURCES = (
     MetricSource("vllm:num_requests_waiting", "namespace", "pod", "vLLM"),
     MetricSource("sglang:num_queue_reqs", "namespace", "pod", "SGLang"),
+    MetricSource(TGI_QUEUE, "namespace", "pod", TGI),
 )
+# The KV-cache share at which an engine is full: requests wait for it, or are preempted.
+KV_FULL = 0.95
 # kube-state-metrics: 1 while a container's last termination was an out-of-memory kill.
 OOM_KILLS = MetricSource("kube_pod_container_status_last_terminated_reason", "namespace", "pod", "kube-state-metrics")
 
@@ -87,24 +128,34 @@ def _escaped(name: str) -> str:
 
 
 def peak(source: MetricSource, selector: str, window: str) -> str:
-    return f"max by ({source.by}) (max_over_time({selector}[{window}]))"
+    return f"max by ({source.by}) (max_over_time({source.over(selector, window)}))"
 
 
 def percentile(source: MetricSource, selector: str, window: str, quantile: float) -> str:
-    return f"max by ({source.by}) (quantile_over_time({quantile:g}, {selector}[{window}]))"
+    return f"max by ({source.by}) (quantile_over_time({quantile:g}, {source.over(selector, window)}))"
 
 
 def samples(source: MetricSource, selector: str, window: str) -> str:
-    return f"sum by ({source.by}) (count_over_time({selector}[{window}]))"
+    """Samples (for a ratio: the minutes both series had one)."""
+    return f"sum by ({source.by}) (count_over_time({source.over(selector, window)}))"
 
 
 def hourly_peak(source: MetricSource, selector: str) -> str:
     """For a range query at a step of one hour: each hour's peak per Pod (the chart, and the hours covered)."""
-    return f"max by ({source.by}) (max_over_time({selector}[1h]))"
+    return f"max by ({source.by}) (max_over_time({source.over(selector, '1h')}))"
 
 
 def increase(source: MetricSource, selector: str, window: str) -> str:
     return f"sum by ({source.by}) (increase({selector}[{window}]))"
+
+
+def queued_at_full_cache(source: MetricSource, namespace: str, regex: str, window: str) -> str:
+    """TGI: the minutes of the window in which requests waited in its queue while the running batch held at least
+    KV_FULL of its KV cache (the cache, not the compute budget, held them back; TGI queues, it never preempts)."""
+    labels = f'{source.namespace_label}="{namespace}",{source.pod_label}=~"{regex}"'
+    full = f"({TGI_RESERVED}{{{labels}}} / {TGI_CAPACITY}{{{labels}}}) >= {KV_FULL:g}"
+    return (f"sum by ({source.by}) (count_over_time(({TGI_QUEUE}{{{labels}}} > 0 and {full})"
+            f"[{window}:{RATIO_STEP}]))")
 
 
 def card_peak(source: MetricSource, selector: str, window: str) -> str:

@@ -11,7 +11,16 @@ from django.conf import settings
 from mutations.models import SizeRecommendation
 
 from . import dcgm, queries
-from .compute import PREALLOCATING_ENGINES, Advice, Observed, Thresholds, card_fit, kv_advice, memory_advice
+from .compute import (
+    CONTEXT_FLAGS,
+    PREALLOCATING_ENGINES,
+    Advice,
+    Observed,
+    Thresholds,
+    card_fit,
+    kv_advice,
+    memory_advice,
+)
 from .groups import SizedGroup, sized_groups
 from .prometheus import PrometheusConfig, PrometheusReader, PrometheusUnavailable, Series
 
@@ -40,15 +49,26 @@ class _Reading:
     days: int
     texts: list[str] = field(default_factory=list)  # every query run, for the evidence
 
-    def _selectors(self, source: queries.MetricSource, extra: str = "") -> list[str]:
+    def _pod_sets(self) -> list[tuple[str, str]]:
+        """(namespace, Pod regex) pairs covering the group's Pods."""
         found = []
         for namespace in self.group.namespaces():
             names = sorted(self.group.names.get(namespace, ()))
             prefixes = sorted(self.group.prefixes.get(namespace, ()))
             # At most PODS_PER_QUERY alternatives a query: Prometheus compiles the regex for each series.
             for start in range(0, max(len(names), len(prefixes)), PODS_PER_QUERY):
-                regex = queries.pod_regex(names[start:start + PODS_PER_QUERY], prefixes[start:start + PODS_PER_QUERY])
-                found.append(source.selector(namespace, regex, extra))
+                found.append((namespace, queries.pod_regex(names[start:start + PODS_PER_QUERY],
+                                                           prefixes[start:start + PODS_PER_QUERY])))
+        return found
+
+    def _selectors(self, source: queries.MetricSource, extra: str = "") -> list[str]:
+        return [source.selector(namespace, regex, extra) for namespace, regex in self._pod_sets()]
+
+    def per_pods(self, build) -> list[Series]:
+        """A query built from each (namespace, Pod regex) pair, for those that are more than one selector."""
+        found: list[Series] = []
+        for namespace, regex in self._pod_sets():
+            found += self.query(build(namespace, regex))
         return found
 
     def query(self, expr: str) -> list[Series]:
@@ -115,6 +135,17 @@ def _cards_read(reading: _Reading, source: queries.MetricSource, grant_mib: int)
                                              pods_at_once=at_once, card_mib=card_mib))
 
 
+def _tgi_missing(reading: _Reading) -> str:
+    """Why a TGI group has no KV-cache share: no TGI metrics at all, or a TGI without its cache's size."""
+    reserved = reading.instant(lambda s, sel: queries.peak(s, sel, reading.window), queries.TGI_RESERVED_ONLY)
+    if reserved:
+        return (f"TGI exports no KV-cache use gauge and these Pods export {queries.TGI_RESERVED} but not "
+                f"{queries.TGI_CAPACITY} (TGI before 2.3.1, or its v2 backend), so the share of the cache the "
+                "running batch held cannot be computed")
+    return (f"TGI exports no KV-cache use gauge and none of its metrics ({queries.TGI_RESERVED}, "
+            f"{queries.TGI_CAPACITY}) were found for these Pods")
+
+
 def group_observe(*, reader: PrometheusReader, group: SizedGroup, days: int, quantile: float,
                   at: float) -> tuple[Observed, dict]:
     """Every number the advice needs, and the evidence (queries, sources, the hourly chart)."""
@@ -142,7 +173,8 @@ def group_observe(*, reader: PrometheusReader, group: SizedGroup, days: int, qua
     kv_source, kv_peaks = reading.first_source(queries.KV_SOURCES,
                                                lambda s, sel: queries.peak(s, sel, reading.window))
     if kv_source is not None:
-        evidence["kv_metric"] = kv_source.metric
+        evidence["kv_metric"] = kv_source.name
+        evidence["context_flag"] = CONTEXT_FLAGS.get(kv_source.what, "--max-model-len")
         observed.kv_engine = kv_source.what
         observed.kv_peak = max(s.value for s in kv_peaks)
         pods |= {_pod(s, kv_source) for s in kv_peaks}
@@ -153,11 +185,20 @@ def group_observe(*, reader: PrometheusReader, group: SizedGroup, days: int, qua
         if not observed.samples:
             counted = reading.instant(lambda s, sel: queries.samples(s, sel, reading.window), kv_source)
             observed.samples = int(sum(s.value for s in counted))
-        preempted = reading.instant(lambda s, sel: queries.increase(s, sel, reading.window), queries.PREEMPTIONS)
-        observed.preemptions = sum(s.value for s in preempted)
+        if kv_source.what == queries.TGI:  # TGI never preempts: it queues; what counts is queueing at a full cache
+            queued = reading.per_pods(lambda namespace, regex: queries.queued_at_full_cache(
+                kv_source, namespace, regex, reading.window))
+            observed.queued_full_minutes = sum(s.value for s in queued)
+            evidence["queued_full_minutes"] = observed.queued_full_minutes
+        else:
+            preempted = reading.instant(lambda s, sel: queries.increase(s, sel, reading.window),
+                                        queries.PREEMPTIONS)
+            observed.preemptions = sum(s.value for s in preempted)
         _, waiting = reading.first_source(queries.WAITING_SOURCES,
                                           lambda s, sel: queries.peak(s, sel, reading.window))
         observed.waiting_peak = max((s.value for s in waiting), default=None)
+    elif group.engine == "tgi":
+        observed.kv_missing = _tgi_missing(reading)
     ooms = reading.instant(lambda s, sel: queries.peak(s, sel, reading.window), queries.OOM_KILLS,
                            'reason="OOMKilled"')
     observed.oom_pods = len({_pod(s, queries.OOM_KILLS) for s in ooms if s.value >= 1})

@@ -34,13 +34,13 @@ def test_lists_each_recommendation_with_its_evidence_chart_and_apply(staff_clien
     recommendation(kind="model", name="Llama-3.1-8B-Instruct", basis="kv-cache", direction="larger",
                    recommended_mib=30_720, current_mib=24_576, peak_mib=None, percentile_mib=None,
                    evidence={"kv_peak": 1.0, "preemptions": 150, "kv_chart": [[0, 0.9], [3600, 1.0]],
-                             "headroom_percent": 15})
+                             "headroom_percent": 15, "kv_metric": "vllm:gpu_cache_usage_perc"})
     page = staff_client.get("/dashboard/recommendations/").content.decode()
     assert "4352 MiB</strong> smaller" in page and "3 Pods, 4500 samples, 50 h of 7 days" in page
     assert "quantile_over_time(0.99, vGPU_device_memory_usage_in_bytes" in page
     assert page.count('<svg class="sparkline"') == 2
     assert f'href="/admin/profiles/preset/{preset.pk}/change/?vgpu_memory_mib=4352&amp;recommendation={row.pk}"' in page
-    assert "KV cache peak 100 %, 150 preemptions" in page
+    assert "KV cache peak 100 % (<code>vllm:gpu_cache_usage_perc</code>), 150 preemptions" in page
     assert "L4, oversubscription 2.0:\n          2 Pods a card now, 10 at the recommended size;" in page
     assert "<strong>host-memory risk</strong>: 10 Pods a card need more" in page
 
@@ -66,3 +66,14 @@ def test_says_which_memory_source_was_read_and_when_it_is_only_an_upper_bound(st
     page = staff_client.get("/dashboard/recommendations/").content.decode()
     assert "memory from DCGM exporter (<code>DCGM_FI_DEV_FB_USED</code>), an upper bound;" in page
     assert "2 Pods were on one card at the same time; the Pods may need less still" in page
+
+
+def test_a_tgi_recommendation_shows_its_queueing_and_its_own_context_flag(staff_client):
+    recommendation(kind="model", name="Mistral-7B-Instruct-v0.3", basis="kv-cache", recommended_mib=20_480,
+                   current_mib=40_960, max_model_len=17_408, peak_mib=None, percentile_mib=None, evidence={
+                       "kv_peak": 0.08, "kv_metric": "tgi_batch_current_max_tokens / tgi_batch_max_total_tokens",
+                       "queued_full_minutes": 0.0, "context_flag": "--max-total-tokens", "headroom_percent": 15})
+    page = staff_client.get("/dashboard/recommendations/").content.decode()
+    assert "or --max-total-tokens 17408" in page
+    assert ("KV cache peak 8 % (<code>tgi_batch_current_max_tokens / tgi_batch_max_total_tokens</code>), 0 minutes "
+            "queued at a full cache;") in page

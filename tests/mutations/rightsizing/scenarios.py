@@ -1,6 +1,7 @@
 """The history the right-sizing tests share: Pods the audit says were sized, and their use in Prometheus:
 batch Pods far below their grant, vLLM servers idle or preempting, an hour-old group, an OOM kill, and Pods
-seen only by DCGM exporter (whole cards, a card shared by two vGPU Pods, cards used past the Pods' grants)."""
+seen only by DCGM exporter (whole cards, a card shared by two vGPU Pods, cards used past the Pods' grants), and
+TGI servers (idle, queueing at a full KV cache, and an older TGI that does not export its cache's size)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,13 @@ MIB = 1024 * 1024
 QWEN_SIZING = {"engine": "vllm", "model": "Qwen/Qwen2.5-7B-Instruct", "matched": "Qwen2.5-7B-Instruct",
                "weights_mib": 14_540, "activation_mib": 1_000, "overhead_mib": 1_500, "kv_cache_mib": 1_792,
                "kv_tokens": 32_768, "memory_fraction": 0.9, "per_card_mib": 20_800}
+# TGI: --cuda-memory-fraction 1.0 by default; Mistral-7B's KV is 128 KiB a token (32 layers, 8 KV heads, 128).
+MISTRAL_TGI_SIZING = {**QWEN_SIZING, "engine": "tgi", "model": "mistralai/Mistral-7B-Instruct-v0.3",
+                      "matched": "Mistral-7B-Instruct-v0.3", "weights_mib": 13_824, "kv_cache_mib": 4_096,
+                      "memory_fraction": 1.0}
+PHI_TGI_SIZING = {**MISTRAL_TGI_SIZING, "model": "microsoft/Phi-3-mini-4k-instruct",
+                  "matched": "Phi-3-mini-4k-instruct", "weights_mib": 7_300, "kv_cache_mib": 1_536, "kv_tokens": 4_096}
+ZEPHYR_TGI_SIZING = {**MISTRAL_TGI_SIZING, "model": "HuggingFaceH4/zephyr-7b-beta", "matched": "zephyr-7b-beta"}
 LLAMA_SIZING = {**QWEN_SIZING, "model": "meta-llama/Llama-3.1-8B-Instruct", "matched": "Llama-3.1-8B-Instruct",
                 "weights_mib": 15_320, "kv_cache_mib": 4_096}
 
@@ -37,6 +45,21 @@ def dcgm_card(found: History, card: str, pods: list[dict[str, str]], used_mib, *
     for pod in pods:
         found.add("DCGM_FI_DEV_FB_USED", {**card_labels, **pod}, used_mib, hours=HOURS)
         found.add("DCGM_FI_DEV_FB_FREE", {**card_labels, **pod}, lambda hour: card_mib - used_mib(hour), hours=HOURS)
+
+
+def tgi_server(found: History, namespace: str, pod: str, *, capacity: int | None, reserved, queued, grant_mib: int,
+               tokens: int | None = None) -> None:
+    """A TGI server's gauges (its router's, scraped with the Pod's namespace and name) and HAMi's reading of its
+    memory, which is its whole grant at any load (it preallocates)."""
+    labels = {"namespace": namespace, "pod": pod}
+    size = capacity or tokens or 0
+    if capacity is not None:
+        found.add("tgi_batch_max_total_tokens", labels, lambda hour: float(capacity), hours=HOURS)
+    found.add("tgi_batch_current_max_tokens", labels, lambda hour: float(round(reserved(hour) * size)), hours=HOURS)
+    found.add("tgi_queue_size", labels, queued, hours=HOURS)
+    found.add("vGPU_device_memory_usage_in_bytes",
+              {"podnamespace": namespace, "podname": pod, "ctrname": "tgi", "vdeviceid": "0"},
+              lambda hour: 0.98 * grant_mib * MIB, hours=HOURS)
 
 
 def history() -> History:
@@ -81,6 +104,16 @@ def history() -> History:
         dcgm_card(found, f"GPU-9c3e55d0-0000-4000-8000-00000000000{index}",
                   [{"pod_namespace": "notebooks", "pod_name": pod, "container_name": "main"}],
                   wave(9_000, 12_000), card_mib=40_326)
+    # TGI (text-generation-inference): no KV-cache gauge; the running batch's reserved tokens and the cache's size.
+    for pod in ("tgi-mistral-0", "tgi-mistral-1"):  # idle: at most 8 % of its cache reserved, nothing queued
+        tgi_server(found, "tgi", pod, capacity=150_000, reserved=wave(0.0, 0.08), queued=lambda hour: 0.0,
+                   grant_mib=40_960)
+    for pod in ("tgi-phi-0", "tgi-phi-1"):  # busy: requests wait while the cache is full
+        tgi_server(found, "tgi", pod, capacity=20_000, reserved=wave(0.6, 1.0),
+                   queued=lambda hour: max(0.0, round(wave(-4, 4)(hour))), grant_mib=16_384)
+    for pod in ("tgi-old-0", "tgi-old-1"):  # before TGI 2.3.1: no tgi_batch_max_total_tokens
+        tgi_server(found, "tgi", pod, capacity=None, reserved=wave(0.0, 0.5), queued=lambda hour: 0.0,
+                   grant_mib=40_960, tokens=60_000)
     found.add("kube_pod_container_status_last_terminated_reason",
               {"namespace": "etl", "pod": "etl-b", "container": "main", "reason": "OOMKilled"},
               lambda hour: 1.0 if hour > 30 else 0.0, hours=HOURS)
@@ -114,6 +147,20 @@ def sized_pods() -> None:
                   source="namespace policy etl", vgpu_memory_mib=4_096,
                   containers=[{"container": "main", "vgpu_number": 1, "vgpu_memory_mib": 4_096}])
     dcgm_pods()
+    tgi_pods()
+
+
+def tgi_pods() -> None:
+    """The audit rows of the TGI servers: sized from their serving command."""
+    for sizing, grant_mib, pods in ((MISTRAL_TGI_SIZING, 40_960, ("tgi-mistral-0", "tgi-mistral-1")),
+                                    (PHI_TGI_SIZING, 16_384, ("tgi-phi-0", "tgi-phi-1")),
+                                    (ZEPHYR_TGI_SIZING, 40_960, ("tgi-old-0", "tgi-old-1"))):
+        for pod in pods:
+            audit_row(namespace="tgi", pod_name=pod, generate_name="", preset_name="",
+                      source=f"serving command: tgi serving {sizing['model']} (catalog {sizing['matched']})",
+                      vgpu_memory_mib=grant_mib,
+                      containers=[{"container": "tgi", "vgpu_number": 1, "vgpu_memory_mib": grant_mib,
+                                   "sizing": sizing}])
 
 
 def dcgm_pods() -> None:

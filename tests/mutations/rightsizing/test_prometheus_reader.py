@@ -113,7 +113,8 @@ def test_a_large_group_is_read_in_queries_of_at_most_200_pods_over_ranges_only()
     first = [q for q in reader.asked if q.startswith("max by (podnamespace,podname) (max_over_time(vGPU_")]
     assert len(first) == 3  # 450 names (and the prefix) in three queries
     assert 'podname=~"etl-7f9c-.*|train-0|train-1|' in first[0]
-    assert all("[7d]" in q or "[1h]" in q for q in reader.asked)  # ranges, never one sample
+    # ranges (or subqueries over them, for a ratio), never one sample
+    assert all(re.search(r"\[(7d|1h)(:\d+m)?\]", q) for q in reader.asked)
 
 
 @pytest.fixture(scope="module")

@@ -127,3 +127,38 @@ def test_a_card_used_past_the_pods_grant_recommends_nothing_rather_than_a_larger
     assert "more than its 8,192 MiB grant: other Pods' memory is in it" in row.message
     assert "no size is recommended from it" in row.message
     assert any('pod_namespace="notebooks"' in q for q in row.evidence["queries"])
+
+
+@pytest.mark.django_db
+def test_an_idle_tgi_server_is_sized_from_the_kv_cache_its_batches_reserved_not_its_memory(prometheus):
+    row = refreshed(prometheus)[("model", "Mistral-7B-Instruct-v0.3")]
+    assert (row.state, row.basis, row.direction, row.pods) == ("ok", "kv-cache", "smaller", 2)
+    assert row.evidence["kv_metric"] == "tgi_batch_current_max_tokens / tgi_batch_max_total_tokens"
+    assert row.evidence["engine"] == "tgi"
+    assert row.evidence["kv_peak"] == pytest.approx(0.08, abs=0.005)
+    # weights + activations + overhead (16,324 MiB) + the start-up KV need (4,096 MiB) at fraction 1.0, not 40 GiB
+    assert row.recommended_mib == 20_480
+    assert row.max_model_len == 17_408
+    notes = " ".join(row.evidence["notes"])
+    assert "KV-cache peak 8% (the share of the tokens its KV cache holds that the running batch reserved" in notes
+    assert "memory use is not read" in notes
+    assert "with --max-total-tokens 17408 the slice could be 18,688 MiB" in notes
+    assert any(q.startswith("max by (namespace,pod) (max_over_time((tgi_batch_current_max_tokens{") and "[3d:1m]" in q
+               for q in row.evidence["queries"])
+    assert row.peak_mib == pytest.approx(0.98 * 40_960, rel=0.01)  # its whole grant: read, and not used
+
+
+@pytest.mark.django_db
+def test_a_tgi_server_queueing_at_a_full_kv_cache_gets_a_larger_size(prometheus):
+    row = refreshed(prometheus)[("model", "Phi-3-mini-4k-instruct")]
+    assert (row.state, row.basis, row.direction, row.recommended_mib) == ("ok", "kv-cache", "larger", 20_480)
+    assert row.evidence["queued_full_minutes"] > 60
+    assert "requests waited for it for" in " ".join(row.evidence["notes"])
+
+
+@pytest.mark.django_db
+def test_a_tgi_without_its_cache_size_gets_no_recommendation_and_says_why(prometheus):
+    row = refreshed(prometheus)[("model", "zephyr-7b-beta")]
+    assert (row.state, row.recommended_mib, row.basis) == ("insufficient", None, "kv-cache")
+    assert "export tgi_batch_current_max_tokens but not tgi_batch_max_total_tokens (TGI before 2.3.1" in row.message
+    assert row.evidence["memory_metric"] == "vGPU_device_memory_usage_in_bytes"  # read, and not used
