@@ -269,7 +269,9 @@ class _Mutation:
         asked = count.normalize()
         share = f" for {GPU_RESOURCE}: {format(asked, 'f')}" if asked != number else ""
         serving = sizing.serving_explanation if container.name == sizing.serving_container else None
-        why = serving_brief(serving) if serving else source_brief(sizing.source)
+        # A serving container whose model was not read is said by its source ("...; model not read").
+        named = serving is not None and (serving.get("matched") or serving.get("model"))
+        why = serving_brief(serving) if serving and named else source_brief(sizing.source)
         self.warnings.append(
             f"{container.name}: {count_of(number, 'vGPU')} of {granted_memory:,} MiB{cores_text}{share} ({why})"
         )

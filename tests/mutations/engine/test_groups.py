@@ -126,6 +126,7 @@ def test_a_worker_whose_leader_grant_is_not_known_follows_the_unknown_model_poli
         assert limits(result)["volcano.sh/vgpu-memory"] == "16384"  # the namespace default, said so
         assert result.source == "namespace policy *; model not read"
         assert any("model not read" in w and "volcano-injector.io/model" in w for w in result.warnings)
+        assert "vllm-worker: 8 vGPUs of 16,384 MiB (namespace policy *; model not read)" in result.warnings
         assert "leader vllm-0" in result.grants[0].sizing["method"]
     else:
         assert "unknown_model: deny" in result.reason
