@@ -38,8 +38,9 @@ from .model_source import (
     unknown_model_said,
     unread_reason,
 )
+from .nim import nim_catalog_match
 from .pod import Container
-from .serving import LLAMA_CPP, VLLM, Launch, ServingCommand, container_launch_read
+from .serving import LLAMA_CPP, NIM, VLLM, Launch, ServingCommand, container_launch_read
 from .serving_memo import container_gpus, serving_memo_key
 from .specs import GPU_RESOURCE, GpuModelSpec, JsonObject, UnknownModel
 from .unknown_models import HOW_TO_ADD, UnknownEstimate, unknown_model_estimate
@@ -229,25 +230,43 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
           group: ServingGroup | None = None, assumed: str = "") -> ServingSizing | None:
     who = f"container {container.name!r}"
     if command.unreadable:
-        warnings.append(f"{who}: could not read {', '.join(command.unreadable)} on the {command.engine} command line; "
+        where = "in the NIM settings" if command.engine == NIM else f"on the {command.engine} command line"
+        warnings.append(f"{who}: could not read {', '.join(command.unreadable)} {where}; "
                         "the engine's default was assumed")
     name, read_from = model_named(command, container, pod)
     if not name:
-        return _unknown(container, f"{command.engine} names no model the webhook can read", pod, warnings)
+        why = (f"the NIM image {command.nim.image} serves the model it is given, and none is set (NIM_MODEL_PATH)"
+               if command.nim is not None else f"{command.engine} names no model the webhook can read")
+        return _unknown(container, why, pod, warnings)
     if name != command.model:
         command = replace(command, model=name)
     if read_from:
         assumed = f"model from {read_from}" + (f"; {assumed}" if assumed else "")
+    if command.engine == NIM and command.tensor_parallel is None:
+        # NIM picks the profile for the GPUs it sees, the one with the most tensor parallelism (docs/sizing.md).
+        width = gpus * (group.size if group else 1)
+        command = replace(command, tensor_parallel=max(1, width // (command.pipeline_parallel or 1)))
+        assumed += f"; tensor parallel over the {'group' if group else 'Pod'}'s {count_of(width, 'GPU')} assumed"
     assert command.model is not None
     group_count_check(container, command, gpus, group, warnings)
-    model = language_models.get(model_key(command.model))
+    key = model_key(command.model)
+    model = language_models.get(key)
+    nim = command.nim
+    if nim is not None and nim.model_id is None and read_from == nim.describe():
+        # A NIM outside NIM_MODELS: a catalog entry only by its exact name, never by a guess.
+        model = nim_catalog_match(nim.repository, key, language_models)
+        if model is None:
+            return _unknown(container, f"the NIM image {nim.image} is not in the NIM model list and names no catalog "
+                                       "model", pod, warnings)
     weight_type = weight_type_of(command, command.model)
-    knobs = Knobs(engine=command.engine, tp=command.tensor_parallel or 1, pp=command.pipeline_parallel or 1,
+    # NIM serves with vLLM (NIM 2.x always; 1.x on every GPU without a TensorRT-LLM engine): sized as vLLM.
+    knobs = Knobs(engine=VLLM if command.engine == NIM else command.engine, tp=command.tensor_parallel or 1,
+                  pp=command.pipeline_parallel or 1,
                   max_model_len=command.max_model_len, memory_fraction=command.memory_fraction,
                   kv_cache_memory_bytes=command.kv_cache_memory_bytes, weight_type=weight_type,
                   kv_cache_dtype=command.kv_cache_dtype, max_num_seqs=command.max_num_seqs,
                   max_num_batched_tokens=command.max_num_batched_tokens, sequences=sequences)
-    served = f"{command.engine} serving {command.model}"
+    served = f"{'NIM' if command.engine == NIM else command.engine} serving {command.model}"
     estimate: UnknownEstimate | None = None
     if model is not None:
         need = catalog_need(model, knobs)
@@ -273,10 +292,13 @@ def _size(container: Container, command: ServingCommand, gpus: int, language_mod
         raise Denial(field, message, rule="gpu.card_memory", detail=detail)
     source = f"serving command: {served} ({how})"
     if model is not None and need.context_dominates:
-        warnings.append(_long_context_note(who, model, knobs, need))
+        flag = "NIM_MAX_MODEL_LEN" if command.engine == NIM else "--max-model-len"
+        warnings.append(_long_context_note(who, model, knobs, need, flag))
     explanation = _explanation(command, model, need, how)
     if group is not None:
         explanation["group"] = group.as_dict()
+    if command.nim is not None:
+        explanation["nim"] = {**command.nim.as_dict(), "model_from_image": read_from == command.nim.describe()}
     return ServingSizing(need.per_card_mib, source, container.name, explanation)
 
 
@@ -291,13 +313,13 @@ def _too_big(who: str, served: str, how: str, need: Need, card: GpuModelSpec,
     return wrong, detail
 
 
-def _long_context_note(who: str, model: LanguageModelSpec, knobs: Knobs, need: Need) -> str:
+def _long_context_note(who: str, model: LanguageModelSpec, knobs: Knobs, need: Need, flag: str) -> str:
     shorter = catalog_need(model, Knobs(knobs.engine, knobs.tp, knobs.pp, 8192, knobs.memory_fraction, None,
                                         knobs.weight_type, knobs.kv_cache_dtype, knobs.max_num_seqs,
                                         knobs.max_num_batched_tokens, knobs.sequences))
     return (f"{who}: the context dominates this grant: the KV cache for {need.kv_tokens:,} tokens "
             f"({need.kv_mib:,.0f} MiB per card) is more than the weights ({need.weights_mib:,.0f} MiB); "
-            f"set --max-model-len to what requests need (8192 would need {shorter.per_card_mib:,} MiB per card)")
+            f"set {flag} to what requests need (8192 would need {shorter.per_card_mib:,} MiB per card)")
 
 
 def _explanation(command: ServingCommand, model: LanguageModelSpec | None, need: Need, how: str) -> JsonObject:

@@ -98,13 +98,18 @@ def kserve_model(container: Container, metadata: JsonObject) -> str | None:
 
 
 def model_named(command: ServingCommand, container: Container, pod: ServingPod) -> tuple[str | None, str]:
-    """The model the server serves and where that was read: the pinned annotation, the command, KServe's
-    storageUri (for a mounted path), else KServe's --model_name (the name it is served under)."""
+    """The model the server serves and where that was read: the pinned annotation, the command, a NIM's image,
+    KServe's storageUri (for a mounted path), else KServe's --model_name (the name it is served under)."""
     if pod.pinned_model:
         return pod.pinned_model, f"annotation {ANN_MODEL}"
     model = command.model
     if model and model.rstrip("/") not in _MOUNT_PATHS:
         return model, ""
+    if command.nim is not None:
+        # Before the storageUri: a NIM's storage is its cache (NIM_CACHE_PATH), not its model.
+        if command.nim.serves_own_model:
+            return command.nim.model_name, command.nim.describe()
+        return None, ""
     stored = kserve_model(container, pod.metadata)
     if stored:
         return stored, "KServe storageUri"

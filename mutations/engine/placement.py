@@ -19,7 +19,7 @@ from .denial import Denial
 from .inventory import card_model_name
 from .pod import Container
 from .selection import remember, selection_terms
-from .serving import KSERVE, SGLANG, TGI, VLLM, serving_command_read
+from .serving import KSERVE, NIM, SGLANG, TGI, VLLM, serving_command_read
 from .specs import (
     NOUSE_GPUTYPE,
     USE_GPUTYPE,
@@ -37,7 +37,7 @@ from .specs import (
 from .words import with_article
 
 # Engines that take their whole memory budget at start: on an oversubscribed card part of it is host memory.
-PREALLOCATING_ENGINES = {VLLM: "vLLM", SGLANG: "SGLang", TGI: "TGI", KSERVE: "vLLM (KServe)"}
+PREALLOCATING_ENGINES = {VLLM: "vLLM", SGLANG: "SGLang", TGI: "TGI", KSERVE: "vLLM (KServe)", NIM: "NIM (vLLM)"}
 _POOLS_SHOWN = 3
 
 

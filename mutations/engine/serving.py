@@ -1,7 +1,8 @@
 """Reading an inference server's command line: which engine, which model, and the knobs its memory depends on.
 
 Pure parsing of a container's `command`, `args` and `env`, for vLLM, SGLang, Text Generation
-Inference, llama.cpp's server and KServe's Hugging Face runtime. A shell script (`sh -c`, `bash -lc --`
+Inference, llama.cpp's server, KServe's Hugging Face runtime and NVIDIA NIM (whose image names its model: nim.py).
+A shell script (`sh -c`, `bash -lc --`
 with the script in args) is split with shlex into its commands, and the server is the first command
 that names one (`pip install x && ray start --head && vllm serve ...`). It runs once per GPU Pod on the
 admission path, so it only splits strings: no I/O. What the flags mean and where they come from: docs/sizing.md.
@@ -10,12 +11,16 @@ admission path, so it only splits strings: no I/O. What the flags mean and where
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from . import nim as nim_settings
 from .commands import commands_read, env_values, ray_role
+from .nim import NimImage, nim_image_read
 from .specs import JsonObject
 
-VLLM, SGLANG, TGI, LLAMA_CPP, KSERVE = "vllm", "sglang", "tgi", "llama.cpp", "kserve-huggingface"
+VLLM, SGLANG, TGI, LLAMA_CPP, KSERVE, NIM = "vllm", "sglang", "tgi", "llama.cpp", "kserve-huggingface", "nim"
+# vLLM's default gpu_memory_utilization, the most a NIM's unverified NIM_GPU_MEMORY_UTILIZATION is taken at (nim.py).
+_VLLM_DEFAULT_FRACTION = 0.9
 
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
@@ -45,6 +50,8 @@ class ServingCommand:
     dp_attention: bool = False
     # Flags whose value could not be read, as "--flag=value": reported, never guessed at.
     unreadable: tuple[str, ...] = ()
+    # An NVIDIA NIM container: its image, which names the model when nothing else does (engine NIM).
+    nim: NimImage | None = None
 
     @property
     def parallel(self) -> int:
@@ -107,7 +114,8 @@ _FLAGS = {VLLM: _VLLM_FLAGS, SGLANG: _SGLANG_FLAGS, TGI: _TGI_FLAGS, LLAMA_CPP: 
 _ENV = {TGI: _TGI_ENV, LLAMA_CPP: _LLAMA_ENV, KSERVE: {"MODEL_ID": "model"}, VLLM: {}, SGLANG: {}}
 # Every environment variable a server's settings are read from (what an audit row keeps: engine/inputs.py).
 # (and those sizing reads beside the server's: KServe's storageUri, a LeaderWorkerSet's group size).
-SERVING_ENV_NAMES = frozenset(name for names in _ENV.values() for name in names) | {"STORAGE_URI", "LWS_GROUP_SIZE"}
+SERVING_ENV_NAMES = (frozenset(name for names in _ENV.values() for name in names) | {"STORAGE_URI", "LWS_GROUP_SIZE"}
+                     | nim_settings.ENV_NAMES)
 # Flags that take no value (so the next word is not theirs): only those that sit before a model name matter.
 _SWITCHES = {"trust-remote-code", "enforce-eager", "enable-prefix-caching", "no-enable-prefix-caching",
              "disable-log-requests", "enable-chunked-prefill", "disable-log-stats", "enable-auto-tool-choice",
@@ -150,9 +158,56 @@ def container_launch_read(container: JsonObject, metadata: JsonObject | None = N
             ray = ray or ray_role(words)
             continue
         return Launch(_server(env, *found), ray)
+    if ray:
+        return Launch(None, ray)
     # An image whose entrypoint is the server takes the container's words as its arguments (not a script's).
-    found = None if scripted or ray else _find_image_server(commands[0], image)
-    return Launch(_server(env, *found) if found else None, ray)
+    found = None if scripted else _find_image_server(commands[0], image)
+    if found:
+        return Launch(_server(env, *found), ray)
+    nim = nim_image_read(container.get("image"))
+    if nim is not None:
+        return Launch(_nim_server(env, nim, [] if scripted else commands[0]), ray)
+    return Launch(None, ray)
+
+
+def _nim_server(env: dict[str, str], nim: NimImage, words: list[str]) -> ServingCommand | None:
+    """A NIM container's server, read as NIM resolves its settings (NIM for LLMs 2.0 "Advanced Configuration"; the
+    highest first): vLLM flags after nim-serve, NIM_PASSTHROUGH_ARGS, NIM_* variables, the profile's tags. None for
+    one of NIM's utilities. The model: nim-serve's argument, NIM_MODEL_PATH, NIM_MODEL_NAME (a URI or a path), else
+    the image's own (inference.py)."""
+    if words and words[0].rsplit("/", 1)[-1] in nim_settings.UTILITIES:
+        return None
+    if words[:1] == [nim_settings.SERVE]:
+        words = words[1:]
+    values: dict[str, str] = {}
+    if env.get(nim_settings.PROFILE):
+        values.update(nim_settings.profile_settings(env[nim_settings.PROFILE]))
+    values.update({field: env[name] for name, field in nim_settings.ENV_FIELDS.items() if name in env})
+    from_env = values.get("memory_fraction")
+    if env.get(nim_settings.PASSTHROUGH):
+        passed = _flag_values(VLLM, nim_settings.passthrough_words(env[nim_settings.PASSTHROUGH]))
+        passed.pop("model", None)  # settings only: the model is named by the image or a model source
+        values.update(passed)
+    values.update(_flag_values(VLLM, words))
+    model = values.pop("model", None)
+    model = (nim_settings.nim_model_source(model) or model) if model else None
+    path, name = env.get(nim_settings.MODEL_PATH), env.get(nim_settings.MODEL_NAME)
+    if model is None and path:
+        model = nim_settings.nim_model_source(path) or path.strip() or None
+    if model is None and name:
+        model = nim_settings.nim_model_source(name)
+    if from_env is not None and values.get("memory_fraction") == from_env and _above_default(from_env):
+        del values["memory_fraction"]  # not known to be honoured: only a lower fraction is taken (nim.py)
+    if model is not None:
+        values["model"] = model
+    return replace(_typed(NIM, values), nim=nim)
+
+
+def _above_default(fraction: str) -> bool:
+    try:
+        return float(fraction) > _VLLM_DEFAULT_FRACTION
+    except ValueError:
+        return False
 
 
 def _server(env: dict[str, str], engine: str, rest: list[str]) -> ServingCommand:

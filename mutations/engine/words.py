@@ -41,8 +41,13 @@ def tokens_text(tokens: int) -> str:
 
 def serving_brief(sizing: dict[str, Any]) -> str:
     """A serving command's grant in a few words: `vllm serving Llama-3.1-70B-Instruct over 4 GPUs, 8k context`
-    (`over 16 GPUs of a 2-Pod group` for a serving group)."""
-    what = f"{sizing.get('engine')} serving {sizing.get('matched') or sizing.get('model')}"
+    (`over 16 GPUs of a 2-Pod group` for a serving group; `NIM image's Mistral-7B-Instruct-v0.3` for a NIM)."""
+    served = sizing.get('matched') or sizing.get('model')
+    nim = sizing.get("nim")
+    if isinstance(nim, dict) and nim.get("model_from_image"):
+        what = f"NIM image's {served}"  # the model was read from the image: say so
+    else:
+        what = f"{'NIM' if nim else sizing.get('engine')} serving {served}"
     weight_type = str(sizing.get("weight_type") or "")
     if weight_type and weight_type.lower() not in _PLAIN_WEIGHTS:
         what += f" {weight_type}"

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 # Engines that reserve a fraction of the memory they see at start (docs/../FACTS "LLM serving memory").
-PREALLOCATING_ENGINES = ("vllm", "sglang", "tgi")
+PREALLOCATING_ENGINES = ("vllm", "sglang", "tgi", "nim")  # NIM serves with vLLM (engine/nim.py)
 GRANULE_MIB = 256
 # A recommendation closer than this to the current size says "keep": not worth a change and a replay.
 KEEP_WITHIN_PERCENT = 5

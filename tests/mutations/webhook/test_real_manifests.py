@@ -91,15 +91,9 @@ CASES: dict[str, Serving] = {
 GROUP_WORKER = ("issue 30 pattern 1 (group): the group's worker runs `ray start` or a worker script, not the server; "
                 "it gets its leader's grant only with INJECTOR_GROUP_LEADER_LOOKUP (off here, as by default: "
                 "tests/mutations/webhook/test_groups.py), else the namespace default with a warning saying so")
-NIM = ("issue 30 pattern 4 (unnamed): a NIM predictor names its model only in the image (nvcr.io/nim/<org>/<model>); "
-       "the namespace default is granted, with a warning that the model was not read and that "
-       "volcano-injector.io/model pins it")
 XFAIL: dict[str, str] = {
     "lws-vllm-ray-405b-worker": GROUP_WORKER,
     "gke-lws-vllm-405b-worker": GROUP_WORKER,
-    "kserve-nim-llama3-8b-instruct": NIM,
-    "kserve-nim-mistral-7b-instruct-v03": NIM,
-    "kserve-nim-mixtral-8x7b-instruct": NIM,
 }
 
 
