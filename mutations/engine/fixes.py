@@ -2,9 +2,9 @@
 
 A denial about a Pod's size (memory per vGPU above its card or the policy's cap, a shape no node holds, more
 vGPUs than allowed) gets candidate fixes: the serving command's context length (`--max-model-len N` and its
-kin, the largest N that fits, searched), a quantized weight type (model-size Pods), more GPUs with tensor
-parallelism (never more in one Pod than the largest node holds), a card type, a preset, a smaller
-vgpu-memory. Each is applied to a copy of the Pod and the engine decides it again under the same context;
+kin, a NIM's NIM_MAX_MODEL_LEN, the largest N that fits, searched), a quantized weight type (model-size Pods),
+more GPUs with tensor parallelism (never more in one Pod than the largest node holds), a card type, a preset, a
+smaller vgpu-memory. Each is applied to a copy of the Pod and the engine decides it again under the same context;
 a candidate is offered only when that decision admits the Pod and its grant holds the model (at least what
 the Pod's model needs per card: the serving command's estimate, or the model size's). Pure; only ever
 called for a denial, so an admitted Pod pays nothing for it.
@@ -31,7 +31,7 @@ from .denial import Denial
 from .groups import MAX_GPUS_PER_NODE, lws_group_read
 from .inference import MEMO_PAUSED, model_key, weight_type_of
 from .selection import pools_for_pod
-from .serving import KSERVE, LLAMA_CPP, SGLANG, TGI, VLLM, ServingCommand, container_launch_read
+from .serving import KSERVE, LLAMA_CPP, NIM, SGLANG, TGI, VLLM, ServingCommand, container_launch_read
 from .specs import GPU_RESOURCE, USE_GPUTYPE, Catalog, Decision, JsonObject, Mode, MutationContext, MutationResult
 
 # The rules a fix of the Pod's size can lift.
@@ -42,15 +42,17 @@ _MAX_FIXES = 6
 _ABOVE_EVERY_CARD_MIB = 2**62
 # Cards before Ampere (compute capability below 8.0), by the words of their names.
 _PRE_AMPERE = re.compile(r"(?<![a-z0-9])(t4|v100|p100|p40|p4|k80)(?![0-9])", re.IGNORECASE)
-# Per engine: (the flags that set the context length, the env variable), (the tensor parallel flags, env).
+# Per engine: (the flags that set the context length, the env variable), (the tensor parallel flags, env). A NIM
+# is set through its environment (engine/nim.py); its tensor parallelism follows its GPUs unless the env sets it.
 _CONTEXT_FLAGS = {VLLM: (("--max-model-len", "--max_model_len"), None), KSERVE: (("--max-model-len",), None),
                   SGLANG: (("--context-length", "--context_length"), None),
                   TGI: (("--max-total-tokens",), "MAX_TOTAL_TOKENS"), LLAMA_CPP: (("-c", "--ctx-size"),
-                                                                                    "LLAMA_ARG_CTX_SIZE")}
+                                                                                    "LLAMA_ARG_CTX_SIZE"),
+                  NIM: ((), "NIM_MAX_MODEL_LEN")}
 _TP_FLAGS = {VLLM: (("--tensor-parallel-size", "--tensor_parallel_size", "-tp", "--tp", "--tp-size"), None),
              KSERVE: (("--tensor-parallel-size", "--tensor_parallel_size"), None),
              SGLANG: (("--tp", "--tp-size", "--tensor-parallel-size", "--tp_size"), None),
-             TGI: (("--num-shard",), "NUM_SHARD")}
+             TGI: (("--num-shard",), "NUM_SHARD"), NIM: ((), "NIM_TENSOR_PARALLEL_SIZE")}
 _OVERRIDES = (ANN_PRESET, ANN_VGPU_MEMORY, ANN_VGPU_MEMORY_PERCENTAGE)
 
 Decide = Callable[[JsonObject, MutationContext], MutationResult]
@@ -158,7 +160,8 @@ class _Search:
         command = self.command
         if command is None or command.engine not in _CONTEXT_FLAGS or command.kv_cache_memory_bytes:
             return
-        model = self.ctx.catalog.language_models.get(model_key(command.model)) if command.model else None
+        named = command.model or (command.nim.model_name if command.nim is not None else None)
+        model = self.ctx.catalog.language_models.get(model_key(named)) if named else None
         asked = command.max_model_len or (model.max_context if model is not None else None)
         if asked is None:
             return  # not in the catalog and no length written: nothing to shorten
@@ -173,7 +176,8 @@ class _Search:
                 best, low = (middle * CONTEXT_STEP, checked), middle + 1
         if best is not None:
             tokens, (grant, need) = best
-            self.found.append(VerifiedFix(f"{flags[0]} {tokens} fits ({grant:,} MiB per card)", grant, need))
+            named = f"{flags[0]} {tokens}" if flags else f"{env}={tokens}"  # NIM_MAX_MODEL_LEN=8192: env alone
+            self.found.append(VerifiedFix(f"{named} fits ({grant:,} MiB per card)", grant, need))
 
     def _quantize(self) -> None:
         """FP8 weights quantized as the server loads them (vLLM's and SGLang's --quantization fp8), for a 16-bit
@@ -219,6 +223,10 @@ class _Search:
             counts = [fewest] + [n for n in (16, 8, 4, 2, 1) if n < fewest]
         command = self.command
         tp_flags = _TP_FLAGS.get(command.engine) if command is not None else None
+        follows_gpus = command is None or command.engine == LLAMA_CPP  # llama.cpp splits over every GPU it sees
+        if (command is not None and command.engine == NIM and container is not None
+                and not _env_written(container, "NIM_TENSOR_PARALLEL_SIZE")):
+            tp_flags, follows_gpus = None, True  # NIM picks the profile for the GPUs it sees
         pp = (command.pipeline_parallel or 1) if command is not None else 1
         for gpus in counts:
             world = gpus * self.group_size
@@ -226,9 +234,9 @@ class _Search:
             if tp_flags is not None and world % pp == 0:
                 flags, env = tp_flags
                 tp = world // pp
-                text = f"{flags[0]} {tp} and {GPU_RESOURCE}: {gpus}{where}"
+                text = f"{f'{flags[0]} {tp}' if flags else f'{env}={tp}'} and {GPU_RESOURCE}: {gpus}{where}"
                 change = self._gpus_and_tp(gpus, flags, env, tp)
-            elif command is None or command.engine == LLAMA_CPP:  # llama.cpp splits over every GPU it sees
+            elif follows_gpus:
                 text, change = f"ask for {GPU_RESOURCE}: {gpus}{where}", self._gpus_only(gpus)
             else:
                 continue
@@ -346,13 +354,23 @@ def _annotate(pod: JsonObject, *, changes: dict[str, str | None]) -> bool:
     return True
 
 
+def _env_written(body: JsonObject, name: str) -> bool:
+    return any(isinstance(v, dict) and v.get("name") == name for v in body.get("env") or ())
+
+
 def _flag_set(body: JsonObject, flags: tuple[str, ...], env: str | None, value: int | str) -> bool:
     """Set `--flag N` where the container writes it (a word, `--flag=N`, a shell script, the env), else add it
-    after the server's words; False when there is nowhere to add it."""
+    after the server's words (a setting of the env alone: to the env); False when there is nowhere to add it."""
     for variable in body.get("env") or ():
         if env is not None and isinstance(variable, dict) and variable.get("name") == env and "value" in variable:
             variable["value"] = str(value)
             return True
+    if not flags:
+        if env is None or _env_written(body, env):
+            return False  # set from a Secret or ConfigMap: not ours to change
+        variables = body.get("env")
+        body["env"] = [*(variables if isinstance(variables, list) else ()), {"name": env, "value": str(value)}]
+        return True
     pattern = re.compile(r"(?<![\w-])(" + "|".join(re.escape(f) for f in flags) + r")([ =])[0-9]+(?![\w.])")
     for key in ("command", "args"):
         words = body.get(key)

@@ -197,12 +197,39 @@ def test_a_nim_splits_the_model_over_the_gpus_it_sees_unless_told_otherwise():
     assert limits(short)["volcano.sh/vgpu-memory"] == str(need("Llama-3.1-8B-Instruct", max_model_len=8192))
 
 
+def test_a_nim_too_large_for_its_gpus_is_told_the_context_or_the_gpus_that_fit():
+    result = run(nim_pod("nvcr.io/nim/meta/llama-3.1-70b-instruct:1.1.0", gpus="2"))
+    assert result.decision is Decision.DENIED
+    shorter, more = result.explanation["fixes"][:2]
+    assert shorter.startswith("NIM_MAX_MODEL_LEN=") and more == "ask for nvidia.com/gpu: 4"  # NIM follows its GPUs
+    tokens = shorter.split("=", 1)[1].split()[0]
+    fixed = run(nim_pod("nvcr.io/nim/meta/llama-3.1-70b-instruct:1.1.0", gpus="2", env={"NIM_MAX_MODEL_LEN": tokens}))
+    assert fixed.decision is Decision.MUTATED
+    assert int(limits(fixed)["volcano.sh/vgpu-memory"]) <= 81920
+
+
 def test_a_nim_told_to_split_wider_than_its_gpus_is_denied_naming_the_gpus_it_needs():
     pod = nim_pod("nvcr.io/nim/meta/llama-3.1-8b-instruct:1.1.0", gpus="1", env={"NIM_TENSOR_PARALLEL_SIZE": "2"})
     result = run(pod)
     assert result.decision is Decision.DENIED
     assert "runs nim over 2 GPUs (tensor parallel 2 x pipeline parallel 1) but asks for 1" in result.reason
     assert result.reason.endswith("Fix: ask for nvidia.com/gpu: 2, or lower the parallel size")
+
+
+def test_a_nim_whose_env_sets_its_tensor_parallelism_is_fixed_through_the_env():
+    pod = nim_pod("nvcr.io/nim/meta/llama-3.1-70b-instruct:1.1.0", gpus="2", env={"NIM_TENSOR_PARALLEL_SIZE": "2"})
+    result = run(pod)
+    assert result.decision is Decision.DENIED
+    assert "NIM_TENSOR_PARALLEL_SIZE=4 and nvidia.com/gpu: 4" in result.explanation["fixes"], result.explanation
+
+
+def test_a_nim_with_a_context_too_long_for_the_card_is_told_the_nim_max_model_len_that_fits():
+    pod = nim_pod("nvcr.io/nim/meta/llama-3.1-8b-instruct:1.1.0", annotations={"volcano-injector.io/gpu-type": "L4"})
+    result = run(pod)
+    assert result.decision is Decision.DENIED
+    fix = next(f for f in result.explanation["verified_fixes"] if f["fix"].startswith("NIM_MAX_MODEL_LEN="))
+    assert fix["vgpu_memory_mib"] <= 23034 and " fits (" in fix["fix"]
+    assert "ask for nvidia.com/gpu: 2" in result.explanation["fixes"]  # or split it: NIM follows its GPUs
 
 
 def test_the_model_annotation_beats_the_nim_image_and_a_storage_uri_does_not():
