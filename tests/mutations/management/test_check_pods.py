@@ -211,6 +211,41 @@ def test_check_pods_decides_the_pod_of_every_workload_kind_as_mutate_does(config
     assert found["summary"] == {"pods": 9, "admitted": 9, "denied": 0}
 
 
+def _nim_files() -> list[dict]:
+    """A NIM as NVIDIA publishes it for KServe: NVIDIA/nim-deploy kserve/runtimes/mistral-7b-instruct-v03-1.0.0.yaml
+    and kserve/nim-models/mistral-7b-instruct-v03_1xgpu_1.0.0.yaml (@41682c5b, @b07302c7), secrets and volumes left
+    out. The model is named only by the runtime's image."""
+    runtime = {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ClusterServingRuntime",
+               "metadata": {"name": "nvidia-nim-mistral-7b-instruct-v03-1.0.0"},
+               "spec": {"containers": [{"name": "kserve-container",
+                                        "image": "nvcr.io/nim/mistralai/mistral-7b-instruct-v03:1.0.0",
+                                        "env": [{"name": "NIM_CACHE_PATH", "value": "/mnt/models/cache"}],
+                                        "resources": {"limits": {"cpu": "12", "memory": "32Gi"},
+                                                      "requests": {"cpu": "12", "memory": "32Gi"}}}],
+                        "supportedModelFormats": [{"name": "nvidia-nim-mistral-7b-instruct-v03", "autoSelect": True,
+                                                   "priority": 1, "version": "1.0.0"}]}}
+    isvc = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "metadata": {"name": "mistral-7b-instruct-v03-1xgpu"},
+            "spec": {"predictor": {"minReplicas": 1, "model": {
+                "modelFormat": {"name": "nvidia-nim-mistral-7b-instruct-v03"},
+                "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}},
+                "runtime": "nvidia-nim-mistral-7b-instruct-v03-1.0.0", "storageUri": "pvc://nvidia-nim-pvc/"}}}}
+    return [runtime, isvc]
+
+
+def test_check_pods_sizes_a_nim_inference_service_for_the_model_its_image_names(configuration, post_review,
+                                                                                tmp_path):
+    files = _nim_files()
+    found = checked(str(write_yaml(tmp_path / "nim.yaml", *files)), "--configuration", str(configuration),
+                    "--namespace", "team-a")
+    (item,) = found["pods"]
+    assert item["source"] == "InferenceService/mistral-7b-instruct-v03-1xgpu predictor"
+    assert item["decision"] == "mutated" and item["grants"][0]["vgpu_memory_mib"] > 16384
+    assert any("NIM image's Mistral-7B-Instruct-v0.3" in w for w in item["warnings"]), item["warnings"]
+    (rendered,), _ = manifest_pods(files, namespace="team-a")
+    assert_same_answer(item, mutate_answer(post_review, rendered.pod))
+
+
 def test_a_template_pod_is_completed_as_the_api_server_defaults_it():
     pods_found, _ = manifest_pods(_workloads(), namespace="team-b")
     deployment = pods_found[0].pod
