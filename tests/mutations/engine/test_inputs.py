@@ -165,6 +165,12 @@ SERVING = {
     "kube-var": server_pod(args=["--model", "$(MODEL)"],
                            env=[{"name": "MODEL", "value": "Qwen/Qwen2.5-0.5B-Instruct"}]),
     "unknown-model": server_pod(args=["--model", "acme/secret-13B"]),
+    # A NIM: the model is the image's, its settings are NIM_* variables (engine/nim.py).
+    "nim": server_pod(image="nvcr.io/nim/meta/llama-3.1-8b-instruct:1.1.0",
+                      env=[{"name": "NIM_MAX_MODEL_LEN", "value": "8192"},
+                           {"name": "NIM_PASSTHROUGH_ARGS", "value": "--gpu-memory-utilization 0.85"},
+                           {"name": "NGC_API_KEY", "value": "x"}]),
+    "nim-unknown": server_pod(image="nvcr.io/nim/acme/support-assistant:1.0.0"),
 }
 
 
@@ -173,4 +179,5 @@ def test_a_pod_sized_from_its_serving_command_is_decided_the_same_rebuilt(pod):
     inputs = orjson.loads(orjson.dumps(pod_inputs(pod)))
     rebuilt = pod_from_inputs(namespace="ml", inputs=inputs, containers=containers_of(pod))
     assert outcome(run_sizing(rebuilt)) == outcome(run_sizing(pod))
-    assert "HF_TOKEN" not in orjson.dumps(inputs).decode()  # only what the server's settings are read from
+    kept = orjson.dumps(inputs).decode()
+    assert "HF_TOKEN" not in kept and "NGC_API_KEY" not in kept  # only what the server's settings are read from
