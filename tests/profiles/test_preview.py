@@ -2,6 +2,7 @@
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,7 +11,7 @@ from mutations.audit import audit_flush
 from mutations.models import AdmissionAudit
 from profiles.models import NamespacePolicy, Preset
 from tests.support import pods
-from tests.support.kube import admit, apply_patch_v4, decode_patch
+from tests.support.kube import admit, apply_patch_v4, decode_patch, default_pod
 
 pytestmark = pytest.mark.django_db
 
@@ -33,6 +34,11 @@ spec:
 """
 
 
+# A NIM predictor as KServe creates it (NVIDIA/nim-deploy's runtime): the model is named only by the image.
+NIM_POD = default_pod(yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures" / "manifests" /
+                                      "kserve-nim-mistral-7b-instruct-v03.yaml").read_text()))
+
+
 def mutate(post_review, pod: dict) -> dict:
     response = post_review(pods.review(pod))
     assert response.status_code == 200
@@ -43,8 +49,8 @@ def mutate(post_review, pod: dict) -> dict:
     "pod",
     [pods.vllm_deployment_pod(), pods.kserve_predictor_pod(), pods.ray_worker_pod(), pods.init_gpu_pod(),
      pods.vllm_deployment_pod(annotations={"volcano-injector.io/model-size": "7B"}),
-     pods.vllm_deployment_pod(gpus="8", annotations={"volcano-injector.io/model-size": "180B"})],
-    ids=["deployment", "kserve", "ray", "init", "model-size", "estimate"],
+     pods.vllm_deployment_pod(gpus="8", annotations={"volcano-injector.io/model-size": "180B"}), NIM_POD],
+    ids=["deployment", "kserve", "ray", "init", "model-size", "estimate", "nim"],
 )
 def test_preview_patch_is_the_patch_mutate_sends(reader_api, post_review, pod):
     namespace = pod["metadata"]["namespace"]
@@ -53,6 +59,12 @@ def test_preview_patch_is_the_patch_mutate_sends(reader_api, post_review, pod):
     assert preview["patch"] == decode_patch(answer)
     assert preview["warnings"] == answer["warnings"]
     assert preview["pod"] == apply_patch_v4(pod, decode_patch(answer))
+
+
+def test_preview_says_a_nims_model_was_read_from_its_image(reader_api):
+    preview = reader_api.post(PREVIEW, {"namespace": "default", "pod": NIM_POD}, format="json").json()
+    assert "kserve-container: 1 vGPU of 21,248 MiB (NIM image's Mistral-7B-Instruct-v0.3, 32k context)" in (
+        preview["warnings"])
 
 
 def test_preview_of_a_pod_mutate_denies_is_a_denial_with_the_same_message(reader_api, post_review, operator_api):
