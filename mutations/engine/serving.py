@@ -177,8 +177,10 @@ def _nim_server(env: dict[str, str], nim: NimImage, words: list[str]) -> Serving
     the image's own (inference.py)."""
     if words and words[0].rsplit("/", 1)[-1] in nim_settings.UTILITIES:
         return None
-    if words[:1] == [nim_settings.SERVE]:
+    if words and words[0].rsplit("/", 1)[-1] == nim_settings.SERVE:
         words = words[1:]
+    elif words and not words[0].startswith("-"):
+        words = []  # another entrypoint (NIM 1.x's start script): its words are not vLLM's flags
     values: dict[str, str] = {}
     if env.get(nim_settings.PROFILE):
         values.update(nim_settings.profile_settings(env[nim_settings.PROFILE]))

@@ -135,6 +135,13 @@ def test_a_model_source_in_the_env_or_the_arguments_is_read(env, args, model):
     assert serving_command_read(nim_container(env, args)).model == model
 
 
+def test_an_entrypoint_script_in_the_command_is_not_a_model():
+    found = serving_command_read({**nim_container(), "command": ["/opt/nim/start_server.sh"]})
+    assert found.model is None and found.nim.model_name == "meta-llama/Meta-Llama-3-8B-Instruct"
+    flags = serving_command_read(nim_container(args=["--max-model-len", "4096"]))
+    assert flags.model is None and flags.max_model_len == 4096
+
+
 @pytest.mark.parametrize("args", [["list-model-profiles"], ["download-to-cache", "--profile", "vllm-fp16-tp2"]])
 def test_nims_utilities_serve_nothing(args):
     assert serving_command_read(nim_container(args=args)) is None
