@@ -17,7 +17,7 @@ from .commands import env_values
 from .denial import Denial
 from .pod import Container, asks_for_gpu, containers_read
 from .serving import Launch, ServingCommand, container_launch_read
-from .specs import GPU_RESOURCE, GroupLeader, JsonObject
+from .specs import GPU_RESOURCE, Decision, GroupLeader, JsonObject
 
 LWS_PREFIX = "leaderworkerset.sigs.k8s.io/"
 LWS_SIZE = LWS_PREFIX + "size"
@@ -25,6 +25,12 @@ LWS_WORKER_INDEX = LWS_PREFIX + "worker-index"
 LWS_GROUP_INDEX = LWS_PREFIX + "group-index"
 LWS_LEADER_NAME = LWS_PREFIX + "leader-name"
 LWS_NAME = LWS_PREFIX + "name"
+LWS_GROUP_KEY = LWS_PREFIX + "group-key"
+LWS_TEMPLATE_REVISION = LWS_PREFIX + "template-revision-hash"
+# Which group a Pod is of: LWS copies these labels from the leader Pod onto its workers' StatefulSet when it
+# creates it (kubernetes-sigs/lws pkg/controllers/pod_controller.go, constructWorkerStatefulSetApplyConfiguration).
+# The revision tells a leader re-created by a rolling update from the one before it.
+GROUP_IDENTITY_LABELS = (LWS_NAME, LWS_GROUP_INDEX, LWS_GROUP_KEY, LWS_TEMPLATE_REVISION)
 # The most GPUs one node holds (HGX/DGX boards: 8): a fix never asks one Pod for more; it asks for a group.
 MAX_GPUS_PER_NODE = 8
 # Pods in one group at most: LWS's own bound on size is far below; a larger number is a mistake, not a group.
@@ -178,3 +184,51 @@ def group_leader_of(name: str, pod: JsonObject | None) -> GroupLeader:
     if memory is None or memory <= 0:
         return GroupLeader(name, None, f"the leader Pod has no {ANN_APPLIED_VGPU_MEMORY}")
     return GroupLeader(name, memory, str(annotations.get(ANN_APPLIED_SOURCE) or ""))
+
+
+def group_leader_admitted(pod: JsonObject) -> str | None:
+    """This Pod's name when it is a LeaderWorkerSet group's leader (worker-index 0, no leader-name): its workers
+    will need its grant. None for every other Pod, most of them after one dictionary lookup (the webhook calls
+    this on every Pod it answers)."""
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    if not isinstance(labels, dict) or LWS_NAME not in labels:
+        return None
+    assert isinstance(metadata, dict)
+    annotations = metadata.get("annotations")
+    if labels.get(LWS_WORKER_INDEX) != "0" or (isinstance(annotations, dict) and LWS_LEADER_NAME in annotations):
+        return None
+    name = metadata.get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def group_labels(labels: object) -> dict[str, str]:
+    """The labels that say which group a Pod is of, and its worker-index (those of them it carries)."""
+    if not isinstance(labels, dict):
+        return {}
+    return {key: value for key in (*GROUP_IDENTITY_LABELS, LWS_WORKER_INDEX)
+            if isinstance(value := labels.get(key), str)}
+
+
+def group_leader_mismatch(worker: JsonObject, leader_labels: dict[str, str]) -> str | None:
+    """Why the Pod of the leader's name (its group labels as admitted or read) is not this worker's leader; None
+    when it is: the leader (worker-index 0) of the worker's group (every identity label the worker carries)."""
+    metadata = worker.get("metadata")
+    mine = group_labels(metadata.get("labels") if isinstance(metadata, dict) else None)
+    if LWS_NAME not in mine or LWS_GROUP_INDEX not in mine:
+        return "the worker has no LeaderWorkerSet labels to match it with"
+    if leader_labels.get(LWS_WORKER_INDEX) != "0":
+        return "it is not a group leader"
+    for key in GROUP_IDENTITY_LABELS:
+        if key in mine and leader_labels.get(key) != mine[key]:
+            return f"it is another group's ({key.removeprefix(LWS_PREFIX)} differs)"
+    return None
+
+
+def group_leader_decided(name: str, decision: Decision | str, annotations: JsonObject) -> GroupLeader:
+    """A leader's grant as its admission decided it: the memory per vGPU written into it (an audit-only
+    namespace: that it would be given), from the annotations its conversion set; or why there is none."""
+    decision = Decision(decision)
+    if decision not in (Decision.MUTATED, Decision.AUDIT_ONLY):
+        return GroupLeader(name, None, f"its admission was {decision.value}")
+    return group_leader_of(name, {"metadata": {"annotations": annotations}})

@@ -150,6 +150,12 @@ def pod_inputs(pod: JsonObject) -> JsonObject:
     return kept
 
 
+def inputs_labels(inputs: object) -> dict[str, object]:
+    """The labels `pod_inputs` kept (those the engine reads: its own, Volcano's, LeaderWorkerSet's), by key."""
+    labels = inputs.get("l") if isinstance(inputs, dict) else None
+    return _full_keys(labels) if isinstance(labels, dict) else {}
+
+
 def pod_from_inputs(*, namespace: str, inputs: JsonObject, containers: list[JsonObject]) -> JsonObject:
     """A Pod on which the engine decides as on the one `inputs` (pod_inputs) and `containers` (the audit row's
     resources_before: name, init, resources, in order) were taken from."""

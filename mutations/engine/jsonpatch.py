@@ -24,6 +24,21 @@ def unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
+def annotations_set_by(patch: list[JsonObject]) -> JsonObject:
+    """The annotations a patch adds or replaces (from `/metadata/annotations` whole or key by key), by key."""
+    found: JsonObject = {}
+    prefix = "/metadata/annotations"
+    for op in patch:
+        if not isinstance(op, dict) or op.get("op") not in ("add", "replace"):
+            continue
+        path = op.get("path")
+        if path == prefix and isinstance(op.get("value"), dict):
+            found.update(op["value"])
+        elif isinstance(path, str) and path.startswith(prefix + "/") and "/" not in path[len(prefix) + 1:]:
+            found[unescape(path[len(prefix) + 1:])] = op.get("value")
+    return found
+
+
 def make_patch(source: object, target: object) -> list[JsonObject]:
     """Operations that turn `source` into `target`."""
     ops: list[JsonObject] = []

@@ -6,8 +6,16 @@ import copy
 import pytest
 
 from mutations.engine import mutate_pod
-from mutations.engine.groups import group_leader_wanted
-from mutations.engine.specs import Decision, GroupLeader, MutationContext, PolicySpec, UnknownModel
+from mutations.engine.groups import (
+    group_labels,
+    group_leader_admitted,
+    group_leader_decided,
+    group_leader_mismatch,
+    group_leader_wanted,
+)
+from mutations.engine.inputs import inputs_labels, pod_inputs
+from mutations.engine.jsonpatch import annotations_set_by, make_patch
+from mutations.engine.specs import Decision, GroupLeader, Mode, MutationContext, PolicySpec, UnknownModel
 from tests.mutations.engine.test_mutate import admitted, limits
 from tests.mutations.engine.test_sizing import CATALOG, POLICY, need
 from tests.support.pods import _container, _pod
@@ -238,3 +246,79 @@ def test_a_model_named_through_a_field_ref_is_read_per_pod_not_from_the_first_po
     small, large = run(pod("Qwen/Qwen2.5-0.5B-Instruct")), run(pod("Qwen/Qwen2.5-7B-Instruct"))
     assert limits(small)["volcano.sh/vgpu-memory"] == str(need("Qwen/Qwen2.5-0.5B-Instruct", max_model_len=8192))
     assert limits(large)["volcano.sh/vgpu-memory"] == str(need("Qwen/Qwen2.5-7B-Instruct", max_model_len=8192))
+
+
+# --- which Pod is a group's leader, which leader is a worker's, and what its admission gave it ---------------------
+@pytest.mark.parametrize("pod, name", [
+    (lws_pod(0), "vllm-0"),
+    (lws_pod(1), None),  # a worker (leader-name, worker-index 1)
+    (_pod([_container("vllm", "vllm/vllm-openai:v0.11.0", {"nvidia.com/gpu": "1"})], name="vllm-0",
+          namespace="ml"), None),  # no LeaderWorkerSet labels: most Pods
+    (_pod([_container("vllm", "vllm/vllm-openai:v0.11.0", {"nvidia.com/gpu": "1"})], namespace="ml",
+          labels={f"{LWS}name": "vllm", f"{LWS}worker-index": "0"}), None),  # no name to be found by
+], ids=["leader", "worker", "ordinary", "nameless"])
+def test_a_group_leader_is_known_by_its_labels_and_name(pod, name):
+    assert group_leader_admitted(pod) == name
+
+
+def _labels(**changed):
+    labels = {f"{LWS}name": "vllm", f"{LWS}group-index": "0", f"{LWS}group-key": "f" * 40,
+              f"{LWS}template-revision-hash": "5c7f8b9d6", f"{LWS}worker-index": "0"}
+    labels.update({f"{LWS}{key.replace('_', '-')}": value for key, value in changed.items()})
+    return {key: value for key, value in labels.items() if value is not None}
+
+
+def _worker(**changed):
+    worker = lws_pod(1, command=RAY_WORKER)
+    worker["metadata"]["labels"] = {**_labels(**changed), f"{LWS}worker-index": "1"}
+    return worker
+
+
+@pytest.mark.parametrize("worker, leader_labels, why", [
+    (_worker(), _labels(), None),
+    (_worker(group_key=None, template_revision_hash=None), _labels(), None),  # older LWS: fewer labels to match
+    (_worker(), _labels(worker_index="1"), "it is not a group leader"),
+    (_worker(), _labels(group_key="e" * 40), "it is another group's (group-key differs)"),
+    (_worker(), _labels(group_index="1"), "it is another group's (group-index differs)"),
+    (_worker(), _labels(name="other"), "it is another group's (name differs)"),
+    (_worker(), _labels(template_revision_hash="7d9f8c6b5"), "it is another group's (template-revision-hash differs)"),
+    (_worker(), _labels(template_revision_hash=None), "it is another group's (template-revision-hash differs)"),
+    (_worker(name=None), _labels(), "the worker has no LeaderWorkerSet labels to match it with"),
+], ids=["same-group", "fewer-labels", "not-a-leader", "group-key", "group-index", "set-name", "revision",
+        "leader-without-revision", "worker-without-labels"])
+def test_a_leader_is_a_workers_only_when_it_leads_the_workers_group(worker, leader_labels, why):
+    assert group_leader_mismatch(worker, group_labels(leader_labels)) == why
+
+
+@pytest.mark.parametrize("policy", [POLICY, PolicySpec(namespace="ml", default_preset="default",
+                                                       mode=Mode.AUDIT_ONLY)], ids=["enforce", "audit-only"])
+def test_a_leaders_grant_is_read_from_its_admission_as_audited(policy):
+    """What the audit row keeps (the patch sent or that would be, and what the engine read) gives the grant the
+    Pod was given, and its group labels."""
+    pod = ray_leader(**{"tensor-parallel-size": 8, "pipeline-parallel-size": 2})
+    pod["metadata"]["labels"][f"{LWS}group-key"] = "f" * 40
+    result = run(pod, policy=policy)
+    enforced = run(pod)
+    leader = group_leader_decided("vllm-0", result.decision, annotations_set_by(make_patch(pod, result.pod)))
+    assert leader == GroupLeader("vllm-0", int(limits(enforced)["volcano.sh/vgpu-memory"]), enforced.source)
+    assert group_labels(inputs_labels(pod_inputs(pod))) == {
+        f"{LWS}name": "vllm", f"{LWS}group-index": "0", f"{LWS}group-key": "f" * 40, f"{LWS}worker-index": "0"}
+
+
+@pytest.mark.parametrize("decision", [Decision.DENIED, Decision.UNCHANGED, Decision.SKIPPED, Decision.ERROR])
+def test_a_leader_admitted_without_a_grant_gives_its_workers_none(decision):
+    assert group_leader_decided("vllm-0", decision.value, {}) == GroupLeader(
+        "vllm-0", None, f"its admission was {decision.value}")
+
+
+@pytest.mark.parametrize("patch, annotations", [
+    ([{"op": "add", "path": "/metadata/annotations", "value": {"a": "1"}}], {"a": "1"}),
+    ([{"op": "add", "path": "/metadata/annotations/volcano-injector.io~1applied-vgpu-memory-mib", "value": "9"},
+      {"op": "replace", "path": "/metadata/annotations/x~0y", "value": "2"},
+      {"op": "remove", "path": "/metadata/annotations/gone"},
+      {"op": "add", "path": "/metadata/labels/l", "value": "3"}],
+     {"volcano-injector.io/applied-vgpu-memory-mib": "9", "x~y": "2"}),
+    ([{"truncated": "3 of 3 items left out"}], {}),
+], ids=["whole-map", "key-by-key", "truncated"])
+def test_the_annotations_a_patch_sets_are_read_back(patch, annotations):
+    assert annotations_set_by(patch) == annotations
