@@ -157,3 +157,26 @@ def test_a_namespaces_rehearsal_reads_its_own_would_deny_rows_only(filled):
         plan = explain(sql)
         assert not sequential_scans(plan) and "audit_would_deny_namespace" in plan, plan
         assert "audit_would_deny " not in plan, plan
+
+
+@pytest.mark.parametrize("namespace, pod_name", [
+    ("team-a", "vllm-0"),  # a group leader's name that no row has: the trigram index finds none
+    ("team-a", "triton-3"),  # a StatefulSet Pod's name in many rows of every day
+    ("team-rare", "triton-3"),  # a namespace of a few rows
+], ids=["absent-name", "common-name", "rare-namespace"])
+def test_a_group_leaders_admission_is_read_through_an_index_in_the_last_day_only(filled, namespace, pod_name):
+    """A serving group worker's read of its leader's newest admission (mutations/webhook/groups.py)."""
+    from django.test.utils import CaptureQueriesContext
+
+    from mutations.audit.latest import audit_pod_admission_latest
+
+    now = timezone.now()
+    with CaptureQueriesContext(connection) as captured:
+        audit_pod_admission_latest(namespace=namespace, pod_name=pod_name, since=now - timedelta(hours=24),
+                                   until=now + timedelta(minutes=1), timeout_ms=500)
+    [sql] = [q["sql"] for q in captured.captured_queries if "mutations_admissionaudit" in q["sql"]]
+    plan = explain(sql)
+    assert not sequential_scans(plan) and "Limit" in plan, plan
+    assert any(index in plan for index in ("audit_pod_names_trgm", "audit_namespace", "audit_created")), plan
+    for day in (now.date() - timedelta(days=2), now.date() + timedelta(days=2)):
+        assert partitions.partition_name(day) not in plan, plan
