@@ -210,10 +210,6 @@ INJECTOR_MAX_BODY_BYTES = env_int("INJECTOR_MAX_BODY_BYTES", 3 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = INJECTOR_MAX_BODY_BYTES
 # Whether each admission is written to the audit table (switch off only to measure its cost).
 INJECTOR_AUDIT_ENABLED = env_bool("INJECTOR_AUDIT_ENABLED", True)
-# A serving group's worker Pod that runs no server (a LeaderWorkerSet's `ray start --address`) gets its
-# leader's grant, read from the leader Pod through the Kubernetes API (mutations/webhook/groups.py). Off
-# by default: it needs `get` on Pods, which the base deployment does not grant (deploy/README.md).
-INJECTOR_GROUP_LEADER_LOOKUP = env_bool("INJECTOR_GROUP_LEADER_LOOKUP", False)
 # Where answered-but-unwritten audit rows wait, durably, until PostgreSQL takes them.
 INJECTOR_AUDIT_SPOOL_DIR = env("INJECTOR_AUDIT_SPOOL_DIR", str(BASE_DIR / "var" / "spool"))
 # The audit writer (mutations/audit/writer.py): how often each process writes its spooled rows (seconds),
@@ -230,6 +226,15 @@ INJECTOR_AUDIT_PARTITION_CHECK_SECONDS = env_float("INJECTOR_AUDIT_PARTITION_CHE
 INJECTOR_AUDIT_RETRY_MAX_SECONDS = env_float("INJECTOR_AUDIT_RETRY_MAX_SECONDS", 2.0)
 INJECTOR_AUDIT_WARN_SECONDS = env_float("INJECTOR_AUDIT_WARN_SECONDS", 10.0)
 INJECTOR_AUDIT_WRITER_AUTOSTART = env_bool("INJECTOR_AUDIT_WRITER_AUTOSTART", True)
+# A serving group's worker Pod that runs no server (a LeaderWorkerSet's `ray start --address`) gets its
+# leader's grant as this webhook decided it when it admitted the leader: from the process's memo, else the
+# audit store (mutations/webhook/groups.py). The leader's row reaches PostgreSQL up to a writer cycle after
+# its admission on any replica: a worker that finds none waits for it this long at most (0: not at all).
+INJECTOR_GROUP_LEADER_WAIT_SECONDS = env_float("INJECTOR_GROUP_LEADER_WAIT_SECONDS",
+                                               2 * INJECTOR_AUDIT_FLUSH_SECONDS + 0.25, minimum=0)
+# Last, read the leader Pod through the Kubernetes API. Off by default: it needs `get` on Pods, which the
+# base deployment does not grant (deploy/components/serving-groups).
+INJECTOR_GROUP_LEADER_LOOKUP = env_bool("INJECTOR_GROUP_LEADER_LOOKUP", False)
 # How often a replica checks the configuration version (seconds); 0 checks on every admission.
 INJECTOR_CONFIG_RECHECK_SECONDS = env_float("INJECTOR_CONFIG_RECHECK_SECONDS", 1.0)
 # Which routes this process serves (injector_site/platform/roles.py): "webhook" (/mutate and the probes only: the

@@ -48,6 +48,12 @@ VGPUS_GRANTED = Counter(
     "vGPUs (volcano.sh/vgpu-number) written into admitted Pods' spec.containers, by namespace and preset.",
     ["namespace", "preset"],
 )
+GROUP_LEADER_LOOKUPS = Counter(
+    "volcano_injector_group_leader_lookups_total",
+    "Serving group worker Pods that run no server, by where their leader's grant was found: memo (this process "
+    "admitted the leader), audit (the audit store), api (the Kubernetes API), none (the namespace default).",
+    ["found"],
+)
 ADMISSION_FAILURES = Counter(
     "volcano_injector_admission_failures_total",
     "AdmissionReviews answered by the failure policy because answering raised (a bug): each is logged with its "

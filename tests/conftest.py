@@ -18,6 +18,16 @@ def fresh_catalog_cache():
 
 
 @pytest.fixture(autouse=True)
+def fresh_group_leaders():
+    """Each test's serving group workers find only the leaders it admitted (the memo is per process)."""
+    from mutations.webhook.groups import group_leader_memo_clear
+
+    group_leader_memo_clear()
+    yield
+    group_leader_memo_clear()
+
+
+@pytest.fixture(autouse=True)
 def audit_spool_dir(tmp_path, settings):
     """Each test spools audit rows into its own directory, so no row reaches another test's database."""
     settings.INJECTOR_AUDIT_SPOOL_DIR = str(tmp_path / "audit-spool")

@@ -1,5 +1,5 @@
 """A client for the Kubernetes API, for the management commands that call it, and for /mutate only to read a
-serving group's leader Pod when INJECTOR_GROUP_LEADER_LOOKUP is on (mutations/webhook/groups.py).
+serving group's leader Pod when INJECTOR_GROUP_LEADER_LOOKUP is on (mutations/webhook/groups.py, its last resort).
 
 Inside a Pod it uses the Pod's service account (in-cluster configuration); elsewhere the kubeconfig
 that KUBECONFIG names, else ~/.kube/config, as kubectl does. The official `kubernetes` client is

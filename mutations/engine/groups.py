@@ -172,7 +172,8 @@ def gpus_fix(world: int, pods: int, group: ServingGroup | None) -> str:
 
 def group_leader_of(name: str, pod: JsonObject | None) -> GroupLeader:
     """A worker's leader as its admitted Pod says (its applied-vgpu-memory-mib), or why it says nothing; the
-    webhook reads the Pod from the API (mutations/webhook/groups.py), `manage.py check_pods` from its files."""
+    webhook's memo and audit store keep what it decided (group_leader_decided), its API lookup reads the Pod
+    (mutations/webhook/groups.py), `manage.py check_pods` reads its files."""
     if pod is None:
         return GroupLeader(name, None, "the leader Pod could not be read")
     annotations = (pod.get("metadata") or {}).get("annotations") or {}

@@ -13,7 +13,7 @@ from ..audit import audit_record_submit
 from ..engine import Decision, JsonObject, admission
 from ..metrics import ADMISSION_FAILURES, admission_observe
 from .decide import Preview, admission_answer, pod_preview
-from .groups import group_leader_for
+from .groups import group_leader_for, group_leader_forget, group_leader_remember
 from .record import audit_record_build, pod_metadata, text_cut
 
 logger = logging.getLogger("volcano_injector.admission")
@@ -52,6 +52,7 @@ def _answer_failed(request: admission.AdmissionRequest, started: float, caller_v
                    exc: Exception) -> JsonObject:
     """The failure policy's answer, after an exception while answering; the error is counted, logged and recorded."""
     logger.error("admission failed", exc_info=exc, extra={"request_uid": request.uid})
+    group_leader_forget(pod=request.object, namespace=_namespace(request))
     ADMISSION_FAILURES.inc()
     reason = f"internal error: {type(exc).__name__}: {exc}"
     duration = time.perf_counter() - started
@@ -84,9 +85,11 @@ def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | 
         return admission.review_response(request.uid, allowed=True), None, Decision.SKIPPED, reason, ""
     pod = request.object
     assert isinstance(pod, dict), "parse_review refuses a Pod CREATE without the Pod"
-    namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
+    namespace = _namespace(request)
     preview = pod_preview(pod=pod, namespace=namespace, group_leader=group_leader_for(pod=pod, namespace=namespace))
     answer = admission_answer(preview)
+    if not request.dry_run:
+        group_leader_remember(pod=pod, namespace=namespace, decision=answer.decision, decided=preview.result.pod)
     if answer.allowed:
         response = admission.review_response(request.uid, allowed=True, patch=answer.patch, warnings=answer.warnings)
     else:
@@ -95,6 +98,13 @@ def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | 
     return response, preview, answer.decision, answer.reason, answer.field
 
 
+
+
+def _namespace(request: admission.AdmissionRequest) -> str:
+    """The Pod's namespace: the request's, else its metadata's."""
+    pod = request.object if isinstance(request.object, dict) else {}
+    metadata = pod.get("metadata")
+    return request.namespace or str((metadata.get("namespace") if isinstance(metadata, dict) else "") or "")
 
 
 def _failure_response(uid: str) -> JsonObject:

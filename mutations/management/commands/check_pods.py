@@ -102,8 +102,8 @@ class Command(BaseCommand):
 
 def _decided(rendered: list[tuple[str, int, RenderedPod]], catalog: Catalog) -> list[JsonObject]:
     """Every Pod decided, in the files' order. A serving group's worker that runs no server takes its leader's
-    grant as /mutate reads it from the leader Pod (INJECTOR_GROUP_LEADER_LOOKUP): here the leader is the Pod of
-    that name among the files, as admitted; so leaders are decided first."""
+    grant, as /mutate gave it when it admitted the leader (mutations/webhook/groups.py): here the leader is the
+    Pod of that name among the files, as admitted; so leaders are decided first."""
     leaders = {index: group_leader_wanted(item[2].pod) for index, item in enumerate(rendered)}
     admitted: dict[tuple[str, str], JsonObject] = {}
     found: dict[int, JsonObject] = {}

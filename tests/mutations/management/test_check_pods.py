@@ -78,11 +78,11 @@ def leaders_read_from_mutates_answers(settings, monkeypatch):
     from mutations.webhook import groups
 
     settings.INJECTOR_GROUP_LEADER_LOOKUP = True
-    groups.group_leader_cache_clear()
+    groups.group_leader_memo_clear()
     ADMITTED.clear()
     monkeypatch.setattr(groups, "leader_pod_read", lambda *, namespace, name: ADMITTED.get((namespace, name)))
     yield
-    groups.group_leader_cache_clear()
+    groups.group_leader_memo_clear()
 
 
 def mutate_answer(post_review, pod: dict) -> dict:
