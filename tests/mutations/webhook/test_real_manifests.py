@@ -5,9 +5,10 @@ engine code), and at most 1.6 x that need + 4 GiB; or a denial whose fix, applie
 admitted with such a grant, needs no more GPUs than a node has, and does not ask a Pod of a LeaderWorkerSet group for
 GPUs the group already has (issue 30).
 
-The flags of each manifest are read here by hand (the `CASES` table); the engine reads them by itself. Cases that
-fail on main are marked xfail(strict=True) with the pattern of issue 30 they fall under: fixing the engine turns
-them into failures, and then the mark goes.
+The flags of each manifest are read here by hand (the `CASES` table); the engine reads them by itself. A
+LeaderWorkerSet group's worker is posted after its leader, as a cluster creates them, with the webhook's defaults.
+Cases that fail on main are marked xfail(strict=True) with the pattern of issue 30 they fall under: fixing the
+engine turns them into failures, and then the mark goes.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.django_db
 MANIFESTS = Path(__file__).resolve().parents[2] / "fixtures" / "manifests"
 GPU = "nvidia.com/gpu"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+LWS_LEADER_NAME = "leaderworkerset.sigs.k8s.io/leader-name"
 NODE_GPUS = 8  # the largest GPU nodes (8 x H100 / A100 / L4): a fix asking for more can never be scheduled
 
 LLAMA_31_8B = "meta-llama--Llama-3.1-8B-Instruct"
@@ -87,14 +89,14 @@ CASES: dict[str, Serving] = {
 }
 
 # The issue 30 pattern each case falls under on main (the issue's "Why": 1 serving groups that span Pods, 2 models
-# sized from their name, 3 command forms not read, 4 models the Pod does not name).
-GROUP_WORKER = ("issue 30 pattern 1 (group): the group's worker runs `ray start` or a worker script, not the server; "
-                "it gets its leader's grant only with INJECTOR_GROUP_LEADER_LOOKUP (off here, as by default: "
-                "tests/mutations/webhook/test_groups.py), else the namespace default with a warning saying so")
-XFAIL: dict[str, str] = {
-    "lws-vllm-ray-405b-worker": GROUP_WORKER,
-    "gke-lws-vllm-405b-worker": GROUP_WORKER,
-}
+# sized from their name, 3 command forms not read, 4 models the Pod does not name): none left.
+XFAIL: dict[str, str] = {}
+
+
+# A LeaderWorkerSet group's worker and its leader's manifest: a cluster creates (and this webhook admits) the leader
+# first, and the worker Pods after it (LWS's default startup policy, LeaderCreated).
+GROUP_LEADERS = {name: name.removesuffix("-worker") + "-leader" for name in CASES
+                 if name.endswith("-worker") and name.removesuffix("-worker") + "-leader" in CASES}
 
 
 def manifest_pod(name: str) -> dict:
@@ -186,6 +188,10 @@ def test_the_corpus_holds_at_least_thirty_real_manifests():
 @pytest.mark.usefixtures("cluster_cards")
 @pytest.mark.parametrize("name", [_case(name) for name in sorted(CASES)])
 def test_a_real_manifest_gets_a_grant_its_server_starts_in(post_review, name):
+    if name in GROUP_LEADERS:  # as a cluster admits a group: its leader first, with the webhook's defaults
+        leader = manifest_pod(GROUP_LEADERS[name])
+        assert leader["metadata"]["name"] == manifest_pod(name)["metadata"]["annotations"][LWS_LEADER_NAME]
+        assert post_review(pods.review(leader)).json()["response"]["allowed"]
     pod, serving = manifest_pod(name), CASES[name]
     body = post_review(pods.review(pod)).json()["response"]
     if not body["allowed"]:
@@ -209,16 +215,20 @@ def test_a_real_manifest_gets_a_grant_its_server_starts_in(post_review, name):
                                             ("gke-lws-vllm-405b-leader", "gke-lws-vllm-405b-worker")])
 def test_a_ray_worker_gets_its_leaders_grant_with_the_leader_lookup(post_review, settings, monkeypatch, leader,
                                                                     worker):
+    """Through the Kubernetes API: the webhook that admitted the leader audits nothing and has forgotten it."""
     settings.INJECTOR_GROUP_LEADER_LOOKUP = True
-    groups.group_leader_cache_clear()
+    settings.INJECTOR_AUDIT_ENABLED = False
     leader_pod = manifest_pod(leader)
     body = post_review(pods.review(leader_pod)).json()["response"]
     assert body["allowed"], body
+    groups.group_leader_memo_clear()
     admitted = default_pod(apply_patch_v4(leader_pod, json.loads(base64.b64decode(body["patch"]))))
-    monkeypatch.setattr(groups, "leader_pod_read", lambda **_: admitted)  # the API server's copy of the leader
+    asked = []
+    monkeypatch.setattr(groups, "leader_pod_read",  # the API server's copy of the leader
+                        lambda **kw: asked.append(kw) or admitted)
     pod = manifest_pod(worker)
     body = post_review(pods.review(pod)).json()["response"]
     need = serving_need(CASES[worker])
     for grant in _grants(pod, body):
         assert need.mib <= grant <= need.upper_mib(), (grant, need.mib, body.get("warnings"))
-    groups.group_leader_cache_clear()
+    assert asked == [{"namespace": "default", "name": "vllm-0"}]
