@@ -45,7 +45,7 @@ def gpu_pool(request, name: str):
     if pool is None:
         raise Http404(f"no GPU node pool {name!r} in the last good inventory")
     nodes = pool.nodes.order_by("name").only("name", "cards", "healthy_cards", "registered_memory_mib",
-                                             "allocatable", "problems")
+                                             "memory_allocatable_mib", "allocatable", "problems")
     return render(request, "dashboard/gpu_pool.html", _inventory_context(
         request, pool=pool, nodes=nodes, cards_total=pool.cards_total, grants=_recent_grants(pool)))
 

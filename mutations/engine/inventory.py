@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .quantity import QuantityError, parse_quantity
 from .specs import JsonObject, NodePoolSpec
 
 REGISTER_ANNOTATION = "volcano.sh/node-vgpu-register"
@@ -68,6 +69,8 @@ class NodeReading:
     config: NodeConfig
     problems: tuple[str, ...] = ()
     registered: bool = True  # it carries the device plugin's annotation
+    # The node's allocatable host memory: what oversubscribed vGPU memory (beyond the card's own) is backed by.
+    memory_allocatable_mib: int | None = None
 
     @property
     def card_type(self) -> str:
@@ -210,16 +213,19 @@ def node_read(node: JsonObject, configs: dict[str, NodeConfig]) -> NodeReading |
                           for t in (node.get("spec") or {}).get("taints") or []
                           if isinstance(t, dict) and t.get("effect") in _BLOCKING_EFFECTS))
     config = configs.get(name, NodeConfig())
+    memory = _memory_mib(((node.get("status") or {}).get("allocatable") or {}).get("memory"))
     if annotation is None:
         missing = (f"no {REGISTER_ANNOTATION} annotation: the vGPU device plugin has not registered its cards, so "
                    "Volcano places no vGPU Pod here")
-        return NodeReading(name, (), labels, taints, allocatable, config, (missing,), registered=False)
+        return NodeReading(name, (), labels, taints, allocatable, config, (missing,), registered=False,
+                           memory_allocatable_mib=memory)
     cards, problems = register_annotation_parse(str(annotation))
     if not cards and not problems:
         problems.append("the annotation lists no card")
     if len({c.card_type for c in cards}) > 1:
         problems.append("cards of several types: " + ", ".join(sorted({c.card_type for c in cards})))
-    return NodeReading(name, tuple(cards), labels, taints, allocatable, config, tuple(problems[:_PROBLEMS_KEPT]))
+    return NodeReading(name, tuple(cards), labels, taints, allocatable, config, tuple(problems[:_PROBLEMS_KEPT]),
+                       memory_allocatable_mib=memory)
 
 
 @dataclass
@@ -291,6 +297,17 @@ def _positive_int(value: object) -> int | None:
     except (TypeError, ValueError):
         return None
     return number if number > 0 else None
+
+
+def _memory_mib(value: object) -> int | None:
+    """A node's allocatable memory (a quantity such as 192687492Ki) in whole MiB; None when absent or unreadable."""
+    if value is None:
+        return None
+    try:
+        mib = int(parse_quantity(value) / (1024 * 1024))
+    except QuantityError:
+        return None
+    return mib if mib > 0 else None
 
 
 def _positive_float(value: object) -> float | None:

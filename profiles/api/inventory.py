@@ -21,7 +21,7 @@ class GpuNodeSerializer(serializers.ModelSerializer):
         model = GpuNode
         fields = ["id", "name", "pool", "gpu_model", "card_type", "cards", "healthy_cards", "registered_memory_mib",
                   "physical_memory_mib", "memory_scaling", "split_count", "mode", "registered", "labels", "taints",
-                  "allocatable", "card_uuids", "problems", "synced_at"]
+                  "allocatable", "memory_allocatable_mib", "card_uuids", "problems", "synced_at"]
         read_only_fields = fields
 
 

@@ -135,6 +135,7 @@ def _node_row(node: NodeReading, pool: GpuNodePool | None, now: datetime.datetim
         physical_memory_mib=node.physical_memory_mib, memory_scaling=node.config.memory_scaling,
         split_count=node.split_count, mode=node.mode, registered=node.registered, labels=node.labels,
         taints=[list(t) for t in node.taints], allocatable=node.allocatable,
+        memory_allocatable_mib=node.memory_allocatable_mib,
         card_uuids=[c.uuid for c in node.cards], problems=list(node.problems), synced_at=now,
     )
 

@@ -78,6 +78,9 @@ class GpuNode(models.Model):
     labels = models.JSONField(default=dict)
     taints = models.JSONField(default=list)
     allocatable = models.JSONField(default=dict, help_text="Its allocatable volcano.sh/vgpu-* (and nvidia.com/gpu).")
+    memory_allocatable_mib = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Its allocatable host memory (status.allocatable.memory) in MiB: what vGPU "
+                                         "memory granted beyond the cards' own is backed by when oversubscribed.")
     card_uuids = models.JSONField(default=list)
     problems = models.JSONField(default=list, help_text="What of its registration could not be read.")
     synced_at = models.DateTimeField()

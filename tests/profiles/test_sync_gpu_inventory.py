@@ -83,6 +83,7 @@ def test_gpu_nodes_without_a_pool_are_kept_with_what_could_not_be_read(api):
     a100 = GpuNode.objects.get(name="a100-node-0")
     assert "8 record(s) of five fields (an older device plugin, no mode)" in a100.problems[0]
     assert a100.allocatable["volcano.sh/vgpu-number"] == "80"
+    assert "memory" not in a100.allocatable and a100.memory_allocatable_mib == 188_171  # 192687492Ki
     assert not GpuNode.objects.filter(name__startswith="gke-ml-prod-default-pool").exists()  # no GPU
 
 
@@ -279,6 +280,7 @@ def test_dashboard_shows_each_pool_and_its_nodes(api, staff_client):
     assert "t4-broken-0" in page  # a GPU node in no pool, with why
     pool_page = staff_client.get(f"/dashboard/gpu-pools/{l4.name}/").content.decode()
     assert "gke-ml-prod-l4-pool-3b9d51c0-4x1m" in pool_page and "12 (4 a node, 10 vGPU slices a card)" in pool_page
+    assert "188,171 MiB" in pool_page  # each node's allocatable host memory
     assert staff_client.get("/dashboard/gpu-pools/nope/").status_code == 404
 
 

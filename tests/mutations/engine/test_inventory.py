@@ -95,6 +95,23 @@ def test_physical_memory_is_the_gfd_label_else_registered_over_the_scaling():
     assert labelled.physical_memory_mib == 23034
 
 
+@pytest.mark.parametrize(("memory", "mib"), [
+    ("192687492Ki", 188_171),  # what a GKE node reports: KiB, cut to whole MiB
+    ("64Gi", 65_536),
+    ("68719476736", 65_536),  # bytes
+    ("a lot", None),  # unreadable: unknown, never guessed
+    (None, None),
+])
+def test_a_gpu_nodes_allocatable_host_memory_is_read_in_mib(memory, mib):
+    allocatable = {"volcano.sh/vgpu-number": "40", **({"memory": memory} if memory is not None else {})}
+    assert node_read(node("a", L4, allocatable=allocatable), {}).memory_allocatable_mib == mib
+
+
+def test_allocatable_memory_alone_is_no_sign_of_a_gpu():
+    assert node_read({"metadata": {"name": "cpu"}, "status": {"allocatable": {"cpu": "8", "memory": "64Gi"}}},
+                     {}) is None
+
+
 def test_nodes_without_gpus_are_skipped_and_gpu_nodes_without_the_plugin_are_kept_with_a_problem():
     assert node_read({"metadata": {"name": "cpu"}, "status": {"allocatable": {"cpu": "8"}}}, {}) is None
     bare = node_read(node("gfd-only", labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, allocatable={}), {})
