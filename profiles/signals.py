@@ -5,9 +5,10 @@ Catalog was built from (profiles/catalog.py): a change-logged model is configura
 """
 
 from .changes import change_logged
-from .models import GpuModel, LanguageModel, NamespacePolicy, Preset
+from .models import GpuModel, LanguageModel, NamespacePolicy, OversubscriptionPolicy, Preset
 
 change_logged(GpuModel)
 change_logged(Preset)
 change_logged(NamespacePolicy)
 change_logged(LanguageModel)
+change_logged(OversubscriptionPolicy)

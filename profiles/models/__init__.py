@@ -15,6 +15,7 @@ from .changes import ObjectChange
 from .gpu_models import GpuModel
 from .inventory import GpuInventorySync, GpuNode, GpuNodePool
 from .language_models import WEIGHT_DTYPES, LanguageModel
+from .oversubscription import OversubscriptionPolicy
 from .policies import NamespacePolicy, NamespaceQuota
 from .presets import Preset
 from .tokens import ApiToken
@@ -23,6 +24,6 @@ from .versions import ConfigVersion
 __all__ = [
     "KUBE_NAME_PATTERN", "WEIGHT_DTYPES",
     "ApiToken", "ConfigVersion", "GpuInventorySync", "GpuModel", "GpuNode", "GpuNodePool", "LanguageModel",
-    "NamespacePolicy", "NamespaceQuota", "ObjectChange",
+    "NamespacePolicy", "NamespaceQuota", "ObjectChange", "OversubscriptionPolicy",
     "Preset", "TimestampedModel", "kube_name_validator", "namespace_pattern_validator", "quantity_validator",
 ]

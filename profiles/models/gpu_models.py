@@ -5,6 +5,7 @@ from django.db import models
 from django.db.models import Q
 
 from .base import TimestampedModel
+from .oversubscription import ratio_constraint, ratio_field
 
 
 class GpuModel(TimestampedModel):
@@ -33,6 +34,11 @@ class GpuModel(TimestampedModel):
         default=dict, blank=True, help_text="Labels of the nodes that will carry it, for a pool that scales from "
                                             "zero (no node today): Pods selecting these labels are checked against "
                                             "this card. Empty: only Pods that select no nodes are.")
+    oversubscription_ratio = ratio_field(
+        verbose_name="oversubscription ratio", null=True, blank=True,
+        help_text="The devicememoryscaling the device plugin should run with on nodes with this card (an "
+                  "oversubscription policy selecting a node is the more specific); empty: none chosen. Checked "
+                  "against the inventory, never applied.")
 
     class Meta:
         ordering = ["name"]
@@ -43,6 +49,7 @@ class GpuModel(TimestampedModel):
                 name="%(app_label)s_%(class)s_memory_positive",
                 violation_error_message="GPU memory must be more than 0 MiB.",
             ),
+            ratio_constraint("oversubscription_ratio", nullable=True),
         ]
 
     def __str__(self) -> str:

@@ -11,6 +11,8 @@ from .configuration import (
     gpu_model_save,
     namespace_policy_delete,
     namespace_policy_save,
+    oversubscription_policy_delete,
+    oversubscription_policy_save,
     preset_delete,
     preset_save,
 )
@@ -26,7 +28,13 @@ from .model_import import (
 )
 from .pod_documents import PodDocumentError, pod_document_check, pod_document_parse
 from .tokens import TOKEN_PREFIX, api_token_digest, api_token_issue
-from .validation import gpu_model_validate, kube_name_problem, namespace_policy_validate, preset_validate
+from .validation import (
+    gpu_model_validate,
+    kube_name_problem,
+    namespace_policy_validate,
+    oversubscription_policy_validate,
+    preset_validate,
+)
 
 __all__ = [
     "DRAFTABLE", "TOKEN_PREFIX",
@@ -36,5 +44,6 @@ __all__ = [
     "language_model_delete", "language_model_import", "language_model_save", "language_model_validate",
     "model_file_header", "model_file_json", "model_upload_header", "model_upload_json",
     "namespace_policy_delete", "namespace_policy_save", "namespace_policy_validate",
+    "oversubscription_policy_delete", "oversubscription_policy_save", "oversubscription_policy_validate",
     "pod_document_check", "pod_document_parse", "preset_delete", "preset_save", "preset_validate",
 ]

@@ -1,11 +1,12 @@
-"""Saving and deleting presets, GPU models and namespace policies (each logged by profiles.changes)."""
+"""Saving and deleting presets, GPU models, namespace policies and oversubscription policies (each logged by
+profiles.changes)."""
 
 from __future__ import annotations
 
 from django.db import transaction
 
 from ..changes.recorder import configuration_lock
-from ..models import GpuModel, NamespacePolicy, Preset
+from ..models import GpuModel, NamespacePolicy, OversubscriptionPolicy, Preset
 from ..selectors import preset_users
 
 
@@ -78,4 +79,17 @@ def namespace_policy_save(*, policy: NamespacePolicy, allowed_presets: list[Pres
 @transaction.atomic
 def namespace_policy_delete(*, policy: NamespacePolicy) -> None:
     """Delete a namespace policy (its namespaces fall back to the next matching pattern)."""
+    policy.delete()
+
+
+@transaction.atomic
+def oversubscription_policy_save(*, policy: OversubscriptionPolicy) -> OversubscriptionPolicy:
+    """Save an oversubscription policy (what the webhook decides does not change: it is checked, not applied)."""
+    policy.save()
+    return policy
+
+
+@transaction.atomic
+def oversubscription_policy_delete(*, policy: OversubscriptionPolicy) -> None:
+    """Delete an oversubscription policy (its nodes fall back to their GPU model's ratio, if any)."""
     policy.delete()

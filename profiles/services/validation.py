@@ -17,7 +17,8 @@ from django.db.models import Q
 from mutations.engine import Mode, QuantityError, SchedulerScope, mib_text, parse_quantity
 from mutations.engine.annotations import MAX_VGPU_MEMORY_MIB
 
-from ..models import KUBE_NAME_PATTERN, GpuModel, NamespacePolicy, Preset
+from ..models import KUBE_NAME_PATTERN, GpuModel, NamespacePolicy, OversubscriptionPolicy, Preset
+from ..models.oversubscription import RATIO_MAX, RATIO_RANGE
 
 _KUBE_NAME = re.compile(KUBE_NAME_PATTERN)
 
@@ -198,6 +199,58 @@ def gpu_model_validate(*, gpu_model: GpuModel) -> dict[str, list[str]]:
         problems["match"] = ["Give the substring Volcano matches in the card name, e.g. A100."]
     elif gpu_model.match and "," in gpu_model.match:
         problems["match"] = ["One substring, without commas (nvidia.com/use-gputype splits its value at commas)."]
+    ratio = ratio_problem(gpu_model.oversubscription_ratio)
+    if ratio:
+        problems["oversubscription_ratio"] = [ratio]
+    return problems
+
+
+def ratio_problem(value: Decimal | None) -> str | None:
+    """Why an oversubscription ratio is outside the device plugin's accepted range; None when it is not."""
+    if value is None or 0 < value <= RATIO_MAX:
+        return None
+    return f"{value.normalize():f} is out of range. {RATIO_RANGE}"
+
+
+# Kubernetes label syntax (apimachinery validation: IsQualifiedName, IsValidLabelValue).
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_selector_problems(selector: object) -> list[str]:
+    """Why `selector` is not a node selector (an object of label keys to values, every one of them to match)."""
+    if not isinstance(selector, dict) or not selector:
+        return ['Give the labels a node must carry as an object, e.g. {"cloud.google.com/gke-nodepool": "l4-batch"}.']
+    problems = []
+    for key, value in selector.items():
+        prefix, slash, name = key.rpartition("/")
+        if (len(name) > 63 or not _LABEL_NAME.match(name)
+                or (slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)))):
+            problems.append(f"{key!r} is not a label key: an optional DNS prefix and '/', then at most 63 letters, "
+                            "digits, '-', '_' or '.', starting and ending with a letter or digit.")
+        elif not isinstance(value, str):
+            problems.append(f"The value of {key} is {value!r}: label values are text (quote numbers, e.g. \"2\").")
+        elif value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+            problems.append(f"{value!r} (for {key}) is not a label value: at most 63 letters, digits, '-', '_' or "
+                            "'.', starting and ending with a letter or digit.")
+    return problems
+
+
+def oversubscription_policy_validate(*, policy: OversubscriptionPolicy) -> dict[str, list[str]]:
+    """What stops an oversubscription policy from being saved, by field."""
+    problems: dict[str, list[str]] = {}
+    ratio = ratio_problem(policy.oversubscription_ratio)
+    if ratio:
+        problems["oversubscription_ratio"] = [ratio]
+    selector = label_selector_problems(policy.node_selector)
+    if selector:
+        problems["node_selector"] = selector
+    else:
+        other = (OversubscriptionPolicy.objects.exclude(pk=policy.pk).filter(node_selector=policy.node_selector)
+                 .values_list("name", flat=True).first())
+        if other is not None:
+            problems["node_selector"] = [f"Oversubscription policy {other} already has this node selector: "
+                                         + "change its ratio instead."]
     return problems
 
 
