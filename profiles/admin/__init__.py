@@ -3,4 +3,4 @@
 Django's admin imports `profiles.admin`; importing each module registers its ModelAdmins.
 """
 
-from . import changes, configuration, inventory, language_models  # noqa: F401 - each module registers its ModelAdmins
+from . import changes, configuration, inventory, language_models, oversubscription  # noqa: F401 - each module registers its ModelAdmins

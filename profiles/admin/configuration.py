@@ -22,6 +22,7 @@ from mutations.webhook.decide import pod_preview, preview_answer
 
 from ..catalog import namespace_policy_inherited
 from ..models import ApiToken, GpuModel, NamespacePolicy, NamespaceQuota, Preset
+from ..oversubscription import oversubscription_report
 from ..selectors import (
     gpu_model_list,
     namespace_policy_list,
@@ -42,6 +43,7 @@ from ..services import (
 from .changes import ChangeHistoryMixin
 from .forms import GpuModelForm, NamespacePolicyForm, PodPreviewForm, PresetForm
 from .links import audit_links
+from .ratio_checks import check_column, check_html
 
 
 def _mib(value: int | None) -> str:
@@ -99,15 +101,23 @@ class RefusingDeleteMixin(_ModelAdmin):
 class GpuModelAdmin(ChangeHistoryMixin, RefusingDeleteMixin, admin.ModelAdmin):
     form = GpuModelForm
     change_form_template = "admin/profiles/change_form_impact.html"
-    list_display = ["name", "memory", "match", "in_cluster", "presets_count"]
+    list_display = ["name", "memory", "match", "in_cluster", "presets_count", "oversubscription_ratio"]
     list_filter = ["in_cluster", "discovered"]
     search_fields = ["name", "match", "description"]
     ordering = ["name"]
     # Kept in step with the cluster by sync_gpu_inventory, not typed in.
-    readonly_fields = ["in_cluster", "discovered", "physical_memory_mib", "created_at", "updated_at"]
+    readonly_fields = ["in_cluster", "discovered", "physical_memory_mib", "oversubscription_check", "created_at",
+                       "updated_at"]
 
     def get_queryset(self, request):
         return gpu_model_list()
+
+    def get_list_display(self, request):
+        return [*super().get_list_display(request), check_column(lambda report, obj: report.gpu_model(obj.name))]
+
+    @admin.display(description="oversubscription check (its nodes in the inventory)")
+    def oversubscription_check(self, obj: GpuModel) -> str:
+        return check_html(oversubscription_report().gpu_model(obj.name), full=True) if obj.pk else "-"
 
     @admin.display(description="memory", ordering="memory_mib")
     def memory(self, obj: GpuModel) -> str:

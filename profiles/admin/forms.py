@@ -6,12 +6,13 @@ from django import forms
 
 from mutations.engine import UnknownModel
 
-from ..models import GpuModel, NamespacePolicy, Preset
+from ..models import GpuModel, NamespacePolicy, OversubscriptionPolicy, Preset
 from ..models.policies import RIGHT_SIZING_MODES
 from ..services import (
     PodDocumentError,
     gpu_model_validate,
     namespace_policy_validate,
+    oversubscription_policy_validate,
     pod_document_parse,
     preset_validate,
 )
@@ -49,12 +50,22 @@ def form_problems_add(form: forms.ModelForm, problems: dict[str, list[str]]) -> 
 class GpuModelForm(forms.ModelForm):
     class Meta:
         model = GpuModel
-        fields = ["name", "memory_mib", "match", "description", "node_labels"]
+        fields = ["name", "memory_mib", "match", "description", "node_labels", "oversubscription_ratio"]
 
     # ModelForm's private hooks (_post_clean, _get_validation_exclusions) are left out of django-stubs.
     def _post_clean(self):
         super()._post_clean()  # type: ignore[misc]
         form_problems_add(self, gpu_model_validate(gpu_model=self.instance))
+
+
+class OversubscriptionPolicyForm(forms.ModelForm):
+    class Meta:
+        model = OversubscriptionPolicy
+        fields = ["name", "node_selector", "oversubscription_ratio", "description"]
+
+    def _post_clean(self):
+        super()._post_clean()  # type: ignore[misc]
+        form_problems_add(self, oversubscription_policy_validate(policy=self.instance))
 
 
 class _OptionalCount(forms.IntegerField):

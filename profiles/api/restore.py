@@ -13,6 +13,7 @@ from rest_framework import serializers
 from ..changes import object_snapshot
 from ..models import ObjectChange
 from .language_models import LanguageModelViewSet
+from .oversubscription import OversubscriptionPolicyViewSet
 from .views import ConfigurationViewSet, GpuModelViewSet, NamespacePolicyViewSet, PresetViewSet
 
 # object_type -> the view set whose serializer validates and whose service saves (one line per model).
@@ -21,6 +22,7 @@ RESTORABLE: dict[str, type[ConfigurationViewSet]] = {
     "preset": PresetViewSet,
     "namespacepolicy": NamespacePolicyViewSet,
     "languagemodel": LanguageModelViewSet,
+    "oversubscriptionpolicy": OversubscriptionPolicyViewSet,
 }
 
 

@@ -13,7 +13,9 @@ from mutations.engine import Mode, SchedulerScope, is_namespace_pattern
 
 from ..catalog import namespace_policy_inherited
 from ..models import GpuModel, NamespacePolicy, Preset
+from ..models.oversubscription import RATIO_RANGE
 from ..models.presets import MEMORY_AT_MOST
+from ..oversubscription import OversubscriptionReport, oversubscription_report
 from ..services import gpu_model_validate, namespace_policy_validate, preset_validate
 
 
@@ -43,19 +45,41 @@ def _history_url(serializer: serializers.Serializer, instance: models.Model) -> 
     return request.build_absolute_uri(url) if request is not None else url
 
 
+# The device plugin's range, said in full whichever end a ratio is past (DRF's own words name only the bound); no
+# digit count, so that a ratio far too large is told the range, not the column's width.
+RATIO_FIELD = {"coerce_to_string": False, "max_digits": None,
+               "error_messages": {"min_value": RATIO_RANGE, "max_value": RATIO_RANGE}}
+
+
+def report_in_context(serializer: serializers.Serializer) -> OversubscriptionReport:
+    """The oversubscription check, read once per request (a list's rows share the context)."""
+    report = serializer.context.get("oversubscription")
+    if report is None:
+        report = serializer.context["oversubscription"] = oversubscription_report()
+    return report
+
+
 class GpuModelSerializer(serializers.ModelSerializer):
     presets_count = serializers.IntegerField(read_only=True, help_text="Presets pinned to this GPU model.")
+    oversubscription_check = serializers.SerializerMethodField(
+        help_text="Its nodes in the last good inventory: state (match, mismatch, conflict, none), a line of text, the "
+                  "ratios chosen and run with, and what does not agree, node by node.")
     history = ChangeHistoryField()
 
     class Meta:
         model = GpuModel
-        fields = ["id", "name", "memory_mib", "match", "description", "node_labels", "in_cluster", "discovered",
-                  "physical_memory_mib", "presets_count", "created_at", "updated_at", "history"]
+        fields = ["id", "name", "memory_mib", "match", "description", "node_labels", "oversubscription_ratio",
+                  "oversubscription_check", "in_cluster", "discovered", "physical_memory_mib", "presets_count",
+                  "created_at", "updated_at", "history"]
         # Kept in step with the cluster by sync_gpu_inventory.
         read_only_fields = ["in_cluster", "discovered", "physical_memory_mib", "created_at", "updated_at"]
+        extra_kwargs = {"oversubscription_ratio": RATIO_FIELD}
 
     def get_history(self, instance) -> str | None:
         return _history_url(self, instance)
+
+    def get_oversubscription_check(self, instance) -> dict:
+        return report_in_context(self).gpu_model(instance.name).as_dict()
 
     def validate(self, attrs):
         problems = gpu_model_validate(gpu_model=_unsaved_copy(self, attrs, GpuModel))

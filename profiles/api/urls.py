@@ -4,7 +4,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from . import changes, inventory, language_models, views
+from . import changes, inventory, language_models, oversubscription, views
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -14,6 +14,8 @@ router.register("namespace-policies", views.NamespacePolicyViewSet, basename="na
 router.register("models", language_models.LanguageModelViewSet, basename="language-model")
 router.register("changes", changes.ObjectChangeViewSet, basename="change")
 router.register("gpu-nodes", inventory.GpuNodeViewSet, basename="gpu-node")
+router.register("oversubscription-policies", oversubscription.OversubscriptionPolicyViewSet,
+                basename="oversubscription-policy")
 
 urlpatterns = [
     path("preview/", views.PodPreviewView.as_view(), name="pod-preview"),

@@ -16,7 +16,7 @@ def _user(username: str, *, perms: tuple[str, ...] = (), staff: bool = False) ->
 
 ALL_PROFILE_PERMS = tuple(
     f"profiles.{action}_{model}"
-    for model in ("preset", "gpumodel", "namespacepolicy", "languagemodel")
+    for model in ("preset", "gpumodel", "namespacepolicy", "languagemodel", "oversubscriptionpolicy")
     for action in ("view", "add", "change", "delete")
 ) + ("profiles.view_objectchange",)
 
