@@ -218,22 +218,3 @@ def kv_advice(*, current_mib: int, observed: Observed, thresholds: Thresholds, s
                                 f"size up: with {flag} {fitting} the slice could be {smaller:,} MiB")
     return _oom_raised(advice, current_mib, observed, card_mib)
 
-
-def card_fit(*, card: str, registered_mib: int, physical_mib: int | None, current_mib: int,
-             recommended_mib: int | None, peak_mib: float | None) -> dict:
-    """How many slices a card holds now and at the recommended size, under its oversubscription ratio
-    (registered / physical memory: the device plugin's devicememoryscaling), and whether the observed peaks of
-    that many Pods would pass the card's physical memory (the excess lives in host memory)."""
-    physical = physical_mib or registered_mib
-    now = registered_mib // current_mib if current_mib else None
-    then = registered_mib // recommended_mib if recommended_mib else None
-    risk = ""
-    pods = then or now
-    if peak_mib and pods and peak_mib * pods > physical:
-        risk = (f"{pods} Pods a card at their observed peak ({peak_mib:,.0f} MiB each) need {peak_mib * pods:,.0f} "
-                f"MiB, more than the card's {physical:,} MiB: the excess would live in host memory (slower, and the "
-                "node's RAM)")
-    fit = {"card": card, "registered_mib": registered_mib, "physical_mib": physical,
-           "oversubscription_ratio": round(registered_mib / physical, 2), "pods_per_card_now": now,
-           "pods_per_card_recommended": then, "host_memory_risk": risk}
-    return fit

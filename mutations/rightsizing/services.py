@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 
 from mutations.models import SizeRecommendation
+from profiles.models import GpuModel
+from profiles.oversubscription import oversubscription_report
 
 from . import dcgm, queries
 from .compute import (
@@ -17,11 +19,12 @@ from .compute import (
     Advice,
     Observed,
     Thresholds,
-    card_fit,
     kv_advice,
     memory_advice,
 )
+from .fit import PoolCards, pool_fit
 from .groups import SizedGroup, sized_groups
+from .pools import group_pools, inventory_pools
 from .prometheus import PrometheusConfig, PrometheusReader, PrometheusUnavailable, Series
 
 PODS_PER_QUERY = 200
@@ -221,6 +224,15 @@ def group_advise(*, group: SizedGroup, observed: Observed, thresholds: Threshold
                          card_mib=group.card_mib)
 
 
+def group_oversubscription(*, group: SizedGroup, advice: Advice, observed: Observed, pools: list[PoolCards],
+                           models: dict[str, GpuModel]) -> list[dict]:
+    """Per pool the group's Pods can land on: how many more fit at the ratio chosen, and the host-memory risk."""
+    preallocates = group.engine in PREALLOCATING_ENGINES or observed.kv_peak is not None
+    return [pool_fit(pool=pool, current_mib=group.current_mib, recommended_mib=advice.recommended_mib,
+                     use_mib=observed.peak_mib, preallocates=preallocates)
+            for pool in group_pools(group=group, pools=pools, models=models)]
+
+
 def recommendations_refresh(*, days: int = 7, reader: PrometheusReader | None = None,
                             thresholds: Thresholds | None = None, at: float | None = None) -> list[SizeRecommendation]:
     """Recompute every subject's recommendation; when Prometheus fails, mark them so and keep their numbers."""
@@ -235,6 +247,9 @@ def recommendations_refresh(*, days: int = 7, reader: PrometheusReader | None = 
         except PrometheusUnavailable as exc:
             failure = str(exc)
     saved = []
+    # The inventory's pools and their ratios, read once for every group (a few queries).
+    pools = inventory_pools(oversubscription_report()) if groups else []
+    models = {m.name: m for m in GpuModel.objects.all()} if groups else {}
     for group in groups:
         subject = {"kind": group.kind, "name": group.name, "namespace": group.namespace,
                    "context_tokens": group.context_tokens}
@@ -260,9 +275,8 @@ def recommendations_refresh(*, days: int = 7, reader: PrometheusReader | None = 
         evidence.update(headroom_percent=thresholds.headroom_percent, notes=advice.notes,
                         engine=group.engine or observed.kv_engine, admissions=group.admissions,
                         namespaces=group.namespaces(), min_hours=thresholds.min_hours, min_pods=thresholds.min_pods)
-        if group.card is not None:
-            evidence["card"] = card_fit(**group.card, current_mib=group.current_mib,
-                                        recommended_mib=advice.recommended_mib, peak_mib=observed.peak_mib)
+        evidence["oversubscription"] = group_oversubscription(group=group, advice=advice, observed=observed,
+                                                              pools=pools, models=models)
         row.state = advice.state
         row.message = "" if advice.state == "ok" else "; ".join(advice.notes)
         row.basis, row.current_mib, row.recommended_mib = advice.basis, group.current_mib, advice.recommended_mib

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from mutations.models import AdmissionAudit, SizeRecommendation
 from profiles.models import Preset
+from tests.mutations.dashboard.test_recommendations import FIT
 
 from .conftest import ARTIFACTS
 
@@ -30,7 +31,8 @@ def recommended(django_user_model):
         last_success_at=timezone.now(), evidence={
             "queries": ["max_over_time(vGPU_device_memory_usage_in_bytes[7d])"], "headroom_percent": 15,
             "quantile": 0.99, "notes": ["p99 + 15 % headroom, never below the peak"],
-            "memory_chart_mib": [[i * 3600, smaller / 1.3 + (i % 24) * 40] for i in range(160)]})
+            "memory_chart_mib": [[i * 3600, smaller / 1.3 + (i % 24) * 40] for i in range(160)],
+            "oversubscription": [FIT]})
     row = SizeRecommendation.objects.get(kind="preset", name="llm-7b")
     return preset.pk, preset.vgpu_memory_mib, smaller, row.pk
 
@@ -44,6 +46,7 @@ def test_apply_opens_the_impact_preview_and_saves_through_the_change_log(recomme
     page.wait_for_url(f"{live_server.url}/dashboard/recommendations/")
     row = page.locator("table.recommendations tbody tr").first
     assert f"{smaller} MiB" in row.inner_text() and "smaller" in row.inner_text()
+    assert "10 Pods a card at 4,352 MiB" in row.inner_text() and "host-memory risk" in row.inner_text()
     page.screenshot(path=str(ARTIFACTS / "recommendations.png"), full_page=True)
     row.locator("a.button", has_text="Apply").click()
     page.wait_for_url(f"{live_server.url}/admin/profiles/preset/{preset_id}/change/?*")

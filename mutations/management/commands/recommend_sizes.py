@@ -46,8 +46,21 @@ class Command(BaseCommand):
             else:
                 line = f"{subject}: {row.state}: {row.message}"
             self.stdout.write(line)
+            for fit in (row.evidence or {}).get("oversubscription", []):
+                self.stdout.write(fit_line(fit))
         for line in policies_right_size(recommendations=rows, step_percent=settings.RIGHT_SIZING_STEP_PERCENT,
                                         now=timezone.now()):
             self.stdout.write(line)
         if any(row.state == "prometheus-unavailable" for row in rows):
             raise CommandError("Prometheus could not be read: the recommendations shown are the last ones computed")
+
+
+def fit_line(fit: dict) -> str:
+    """One pool of a recommendation: Pods a card at the ratio, what does not agree, where host memory is at risk."""
+    line = (f"  on {fit['pool']}: {fit['pods_per_card']} Pods a card at {fit['size_mib']:,} MiB "
+            f"({fit['more_per_card']:+d}, {fit['more_in_pool']:+d} in the pool) at ratio {fit['ratio_used']:g}")
+    if fit["ratio_problems"]:
+        line += f"; ratio {fit['ratio_state']}: {fit['ratio_problems'][0]}"
+    if fit["host_memory_risk"]:
+        line += f"; host-memory risk: {fit['host_memory_risk'][0]}"
+    return line

@@ -11,6 +11,24 @@ from profiles.models import Preset
 pytestmark = pytest.mark.django_db
 
 
+# One pool's fit as recommendations_refresh stores it (mutations/rightsizing/fit.py).
+FIT = {"pool": "NVIDIA-L4-x4", "gpu_model": "L4", "cards": 8, "nodes": 2, "physical_mib": 23_034,
+       "registered_mib": 46_068, "split_count": 20, "ratio_running": 2.0, "ratio_chosen": 3.0,
+       "ratio_chosen_by": "oversubscription policy l4-batch", "ratio_state": "mismatch", "ratio_used": 2.0,
+       "ratio_problems": [("node l4-0: the device plugin runs with 2 (its cards register 46,068 MiB of 23,034), not "
+                          "the 3 chosen by oversubscription policy l4-batch")],
+       "size_mib": 4_352, "use_mib": 3_584.0, "use_is_grant": False, "pods_per_card_now": 2, "pods_per_card": 10,
+       "more_per_card": 8, "more_in_pool": 64, "pods_per_card_in_card_memory": 6,
+       "host_mib_per_card_if_all_granted_used": 20_486, "host_mib_per_card_at_observed_use": 12_806,
+       "node_host_memory": [{"node": "l4-0", "cards": 4, "memory_allocatable_mib": 65_536,
+                             "host_mib_if_all_granted_used": 81_944, "host_mib_at_observed_use": 51_224,
+                             "percent_of_allocatable_at_observed_use": 78.2,
+                             "percent_of_allocatable_if_all_granted_used": 125.0}],
+       "nodes_not_listed": 0,
+       "host_memory_risk": [("node l4-0: 51,224 MiB of host memory at the observed use (78.2 % of its 65,536 MiB "
+                            "allocatable), up to 81,944 MiB (125 %) if every grant is used")],
+       "notes": ["computed at the ratio the device plugin runs with (2), not the chosen 3"],
+       "at_chosen_ratio": {"pods_per_card": 15, "more_per_card": 13, "more_in_pool": 104}}
 QUERY = 'quantile_over_time(0.99, vGPU_device_memory_usage_in_bytes{podnamespace="batch"}[7d])'
 
 
@@ -22,8 +40,7 @@ def recommendation(**fields) -> SizeRecommendation:
               "evidence": {"queries": [QUERY],
                            "quantile": 0.99, "headroom_percent": 15, "notes": ["p99 3,580 MiB + 15 % headroom"],
                            "memory_chart_mib": [[0, 2600], [3600, 3584], [7200, 3000]],
-                           "card": {"card": "L4", "oversubscription_ratio": 2.0, "pods_per_card_now": 2,
-                                    "pods_per_card_recommended": 10, "host_memory_risk": "10 Pods a card need more"}}}
+                           "oversubscription": [FIT]}}
     values.update(fields)
     return SizeRecommendation.objects.create(**values)
 
@@ -41,8 +58,17 @@ def test_lists_each_recommendation_with_its_evidence_chart_and_apply(staff_clien
     assert page.count('<svg class="sparkline"') == 2
     assert f'href="/admin/profiles/preset/{preset.pk}/change/?vgpu_memory_mib=4352&amp;recommendation={row.pk}"' in page
     assert "KV cache peak 100 % (<code>vllm:gpu_cache_usage_perc</code>), 150 preemptions" in page
-    assert "L4, oversubscription 2.0:\n          2 Pods a card now, 10 at the recommended size;" in page
-    assert "<strong>host-memory risk</strong>: 10 Pods a card need more" in page
+    text = " ".join(page.split())
+    assert ("<strong>NVIDIA-L4-x4</strong> (L4): ratio 2, chosen 3 by oversubscription policy l4-batch (mismatch); "
+            "10 Pods a card at 4,352 MiB, 8 more than today's 2 (64 more on its 8 cards); 6 of them stay in the "
+            "card's 23,034 MiB at the observed peak (3,584 MiB); at the chosen ratio it would be 15 a card (104 more "
+            "in the pool)") in text
+    assert ('<small class="ratio-problem">ratio mismatch: node l4-0: the device plugin runs with 2 (its cards '
+            "register 46,068 MiB of 23,034)") in text
+    assert ('<small class="ratio-problem"><strong>host-memory risk</strong>: node l4-0: 51,224 MiB of host memory '
+            "at the observed use") in text
+    assert "<code>l4-0</code>: 4 cards, 51,224 MiB at the observed use, up to 81,944 MiB if every grant is used, " \
+           "of 65,536 MiB allocatable" in text
 
 
 def test_says_when_prometheus_could_not_be_read(staff_client):

@@ -76,14 +76,14 @@ def test_prometheus_down_says_so_and_keeps_the_last_result(prometheus):
 
 
 @pytest.mark.django_db
-def test_the_cards_oversubscription_shows_how_many_more_pods_fit_and_the_host_memory_risk(prometheus):
+def test_a_card_no_node_has_shows_its_fit_at_its_declared_memory(prometheus):
     card = GpuModel.objects.create(name="L4", memory_mib=46_080, physical_memory_mib=23_040, match="L4")
     Preset.objects.create(name="batch-16g", vgpu_memory_mib=16_384, gpu_model=card)
-    fit = refreshed(prometheus)[("preset", "batch-16g")].evidence["card"]
-    assert (fit["card"], fit["oversubscription_ratio"]) == ("L4", 2.0)  # devicememoryscaling 2
-    assert (fit["pods_per_card_now"], fit["pods_per_card_recommended"]) == (2, 10)
-    assert "10 Pods a card at their observed peak (3,584 MiB each) need 35,840 MiB, more than the card's 23,040" \
-        in fit["host_memory_risk"]
+    (fit,) = refreshed(prometheus)[("preset", "batch-16g")].evidence["oversubscription"]
+    assert (fit["pool"], fit["ratio_used"], fit["ratio_state"]) == ("GPU model L4 (no node)", 2.0, "none")
+    assert (fit["pods_per_card_now"], fit["pods_per_card"], fit["pods_per_card_in_card_memory"]) == (2, 10, 6)
+    assert fit["notes"][0].startswith("10 Pods a card at 3,5")  # the observed peak, ~3,584 MiB each
+    assert "pass the card's 23,040 MiB" in fit["notes"][0]
 
 
 @pytest.mark.django_db
