@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 
 from profiles.inventory.store import gpu_inventory_status
 from profiles.models import GpuModel, GpuNode, GpuNodePool, Preset
+from profiles.oversubscription import oversubscription_report
 
 from ..engine import Decision
 from ..models import AuditRollup
@@ -31,10 +32,12 @@ def _inventory_context(request, **extra) -> dict:
 def gpu_pools(request):
     """Every node pool: nodes, cards, registered and physical memory; GPU models no node has; unpooled GPU nodes."""
     pools = list(GpuNodePool.objects.select_related("gpu_model").order_by("card_type", "name"))
+    checks = oversubscription_report().pools() if pools else {}
+    rows = [{"pool": pool, "ratio": checks[pool.name].as_dict() if pool.name in checks else None} for pool in pools]
     unseen = GpuModel.objects.filter(in_cluster=False).order_by("name")
     unpooled = GpuNode.objects.filter(pool__isnull=True).only("name", "card_type", "registered", "problems")
     return render(request, "dashboard/gpu_pools.html", _inventory_context(
-        request, pools=pools, unseen=unseen, unpooled=unpooled))
+        request, pools=rows, unseen=unseen, unpooled=unpooled))
 
 
 @require_GET
@@ -46,8 +49,12 @@ def gpu_pool(request, name: str):
         raise Http404(f"no GPU node pool {name!r} in the last good inventory")
     nodes = pool.nodes.order_by("name").only("name", "cards", "healthy_cards", "registered_memory_mib",
                                              "memory_allocatable_mib", "allocatable", "problems")
+    ratios = oversubscription_report().pool(pool.name)
+    by_node = {n.node: n for n in ratios.nodes}
+    rows = [{"node": node, "ratio": by_node.get(node.name)} for node in nodes]
     return render(request, "dashboard/gpu_pool.html", _inventory_context(
-        request, pool=pool, nodes=nodes, cards_total=pool.cards_total, grants=_recent_grants(pool)))
+        request, pool=pool, nodes=rows, ratio=ratios.as_dict(), cards_total=pool.cards_total,
+        grants=_recent_grants(pool)))
 
 
 def _recent_grants(pool: GpuNodePool) -> dict | None:

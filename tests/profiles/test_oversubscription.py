@@ -9,6 +9,7 @@ apply it.
 """
 
 import copy
+import html
 import json
 from decimal import Decimal
 from io import StringIO
@@ -18,7 +19,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, transaction
 
 from profiles.catalog import catalog_build
-from profiles.models import GpuModel, ObjectChange, OversubscriptionPolicy
+from profiles.models import GpuModel, GpuNode, ObjectChange, OversubscriptionPolicy
 from profiles.oversubscription import CONFLICT, MATCH, MISMATCH, NONE, oversubscription_report
 from tests.support.kube_api import KubeApiReplay, fixture
 
@@ -265,3 +266,17 @@ def test_the_webhook_sizes_against_what_the_cards_register_whatever_ratio_is_cho
     OversubscriptionPolicy.objects.create(name="scaled", node_selector=SCALED, oversubscription_ratio=Decimal("0.5"))
     after = catalog_build()
     assert after.node_pools == before.node_pools and after.gpu_models == before.gpu_models
+
+
+def test_the_dashboard_shows_each_pools_ratio_check_and_each_nodes(synced, staff_client):
+    OversubscriptionPolicy.objects.create(name="unapplied", node_selector={"pool": "unapplied"},
+                                          oversubscription_ratio=2)
+    page = " ".join(staff_client.get("/dashboard/gpu-pools/").content.decode().split())
+    assert ('<span class="ratio-problem" data-state="mismatch">2 (oversubscription policy unapplied): 1 of 1 node(s) '
+            "do not agree: node l4-unapplied-0: the device plugin runs with 1") in page
+    assert 'data-state="none">none chosen: the device plugin runs with 2 on 1 node(s)' in page  # l4-scaled-0
+    pool = GpuNode.objects.get(name="l4-unapplied-0").pool
+    pool_page = html.unescape(" ".join(staff_client.get(f"/dashboard/gpu-pools/{pool.name}/").content.decode().split()))
+    assert ("<td>2 / 1<br><small class=\"ratio-problem\">node l4-unapplied-0: the device plugin runs with 1 (its "
+            "cards register 23,034 MiB of 23,034), not the 2 chosen by oversubscription policy unapplied; node "
+            "l4-unapplied-0: the ConfigMap's devicememoryscaling 2 is not applied") in pool_page
