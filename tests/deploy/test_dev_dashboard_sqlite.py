@@ -20,7 +20,7 @@ PAGES = textwrap.dedent("""
     from django.db import connection
     from django.test import Client
     from django.contrib.auth import get_user_model
-    from profiles.models import ObjectChange, Preset
+    from profiles.models import ObjectChange, OversubscriptionPolicy, Preset
     from tests.support.audit import audit_row
 
     assert connection.vendor == "sqlite", connection.vendor
@@ -32,6 +32,7 @@ PAGES = textwrap.dedent("""
     first = ObjectChange.objects.filter(object_repr="llm-7b").order_by("id").first()
     row = audit_row(config_version=first.id, preset_name="llm-7b", decision="audit-only",
                     reason="would deny: too large (catalog Qwen2.5-7B-Instruct)")
+    OversubscriptionPolicy.objects.create(name="l4", node_selector={"pool": "l4"}, oversubscription_ratio=2)
     user = get_user_model().objects.create_superuser("operator", password="pw-for-tests-only")
     client = Client()
     client.force_login(user)
@@ -39,7 +40,8 @@ PAGES = textwrap.dedent("""
                  "/dashboard/history/?user=alice%40example.com&reason=too", "/dashboard/history.csv",
                  row.get_absolute_url(), f"/dashboard/admissions/{row.id}/", "/dashboard/rehearsal/?namespace=team-a",
                  "/dashboard/changes/", "/api/v1/audit/", f"/api/v1/audit/{row.id}/", "/api/v1/changes/",
-                 "/dashboard/gpu-pools/", "/api/v1/gpu-nodes/?label=pool%3Da100&has_problems=true"]:
+                 "/dashboard/gpu-pools/", "/api/v1/gpu-nodes/?label=pool%3Da100&has_problems=true",
+                 "/api/v1/oversubscription-policies/", "/api/v1/gpu-models/"]:
         response = client.get(path)
         body = b"".join(response.streaming_content) if response.streaming else response.content
         assert response.status_code == 200, (path, response.status_code, body[:500])
@@ -59,4 +61,4 @@ def test_the_dashboard_and_audit_api_answer_on_the_development_sqlite_database(t
     result = subprocess.run([sys.executable, "-c", PAGES], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    assert result.stdout.count("ok ") == 14
+    assert result.stdout.count("ok ") == 16
