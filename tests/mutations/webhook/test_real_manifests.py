@@ -7,8 +7,8 @@ GPUs the group already has (issue 30).
 
 The flags of each manifest are read here by hand (the `CASES` table); the engine reads them by itself. A
 LeaderWorkerSet group's worker is posted after its leader, as a cluster creates them, with the webhook's defaults.
-Cases that fail on main are marked xfail(strict=True) with the pattern of issue 30 they fall under: fixing the
-engine turns them into failures, and then the mark goes.
+Every case passes: none is marked xfail (a case added that fails is marked xfail(strict=True) with the pattern of
+issue 30 it falls under, and the mark goes when the engine is fixed).
 """
 
 from __future__ import annotations
@@ -87,11 +87,6 @@ CASES: dict[str, Serving] = {
     "aibrix-quickstart-deepseek-r1-distill-llama-8b": Serving("deepseek-ai--DeepSeek-R1-Distill-Llama-8B",
                                                               max_model_len=12288),
 }
-
-# The issue 30 pattern each case falls under on main (the issue's "Why": 1 serving groups that span Pods, 2 models
-# sized from their name, 3 command forms not read, 4 models the Pod does not name): none left.
-XFAIL: dict[str, str] = {}
-
 
 # A LeaderWorkerSet group's worker and its leader's manifest: a cluster creates (and this webhook admits) the leader
 # first, and the worker Pods after it (LWS's default startup policy, LeaderCreated).
@@ -173,11 +168,6 @@ def _pod_gpus(pod: dict) -> int:
     return max(int((c["resources"].get("limits") or {}).get(GPU, 0)) for c in pod["spec"]["containers"])
 
 
-def _case(name: str):
-    marks = [pytest.mark.xfail(strict=True, reason=XFAIL[name])] if name in XFAIL else []
-    return pytest.param(name, id=name, marks=marks)
-
-
 def test_the_corpus_holds_at_least_thirty_real_manifests():
     files = sorted(path.stem for path in MANIFESTS.glob("*.yaml"))
     assert len(files) >= 30 and files == sorted(CASES)
@@ -186,7 +176,7 @@ def test_the_corpus_holds_at_least_thirty_real_manifests():
 
 
 @pytest.mark.usefixtures("cluster_cards")
-@pytest.mark.parametrize("name", [_case(name) for name in sorted(CASES)])
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_a_real_manifest_gets_a_grant_its_server_starts_in(post_review, name):
     if name in GROUP_LEADERS:  # as a cluster admits a group: its leader first, with the webhook's defaults
         leader = manifest_pod(GROUP_LEADERS[name])
