@@ -8,6 +8,10 @@ GPUs; each with its own uid), with the audit off and on (spooled, written with C
   under callgrind, fed over one keep-alive connection: two runs, of WARMUP and of WARMUP + ADMISSIONS
   admissions, each counted from the worker's start to its exit (the audit writer's COPY included), the
   difference taken;
+- periodic: what the worker does on the wall clock whatever the traffic (the audit writer's cycle, the
+  configuration's recheck, the main loop's turns), per second of an idle worker with the webhook's own
+  intervals. The served runs hold it off while admissions are counted (see environment()), so that their
+  count follows the code and not the machine's load;
 - in-process: the WSGI application alone (injector_site.wsgi.application), called in a loop under
   callgrind, and each stage of an admission on its own, on the same mix: parse, decide (the engine),
   patch, response, metrics, audit record, spool, audit write (COPY), log. What the stages leave of the
@@ -70,10 +74,15 @@ def environment(*, database: str, audit: bool, work: Path) -> dict[str, str]:
         "INJECTOR_AUDIT_SPOOL_DIR": str(work / "spool"),
         "PROMETHEUS_MULTIPROC_DIR": str(work / "prometheus"),
         "LOG_LEVEL": "INFO",
-        # Under valgrind an admission takes fifty times as long: the writer's batches would hold a row or two
-        # where a loaded webhook's hold hundreds. In-process the rows are written by one flush after the run
-        # (INJECTOR_AUDIT_WRITER_AUTOSTART=false, set below); served, the writer flushes every few seconds.
-        "INJECTOR_AUDIT_FLUSH_SECONDS": "5",
+        # The worker's periodic work runs on the wall clock, which valgrind's slowdown and the machine's load
+        # stretch: counted with the admissions, it moved a served count by up to 7 % between runs of one build.
+        # So no cycle comes round while admissions are counted (the first of each, at the worker's start, is
+        # in both runs and cancels out): the audit writer's rows are all written at the worker's exit (one
+        # flush, in batches as a loaded webhook's; in-process, one flush after the run, with
+        # INJECTOR_AUDIT_WRITER_AUTOSTART=false set below), and the configuration's recheck waits. What that
+        # periodic work costs per second is measured apart (--modes periodic) and reported beside.
+        "INJECTOR_AUDIT_FLUSH_SECONDS": "3600",
+        "INJECTOR_CONFIG_RECHECK_SECONDS": "3600",
     }
 
 
@@ -240,12 +249,28 @@ def served(args: argparse.Namespace, *, audit: bool, work: Path) -> float:
     return (long - short) / args.admissions
 
 
-def _served_total(args: argparse.Namespace, *, audit: bool, work: Path, count: int, name: str) -> int:
+# The periodic work as a webhook runs it (settings.py's defaults), for --modes periodic.
+PERIODIC_SETTINGS = {"INJECTOR_AUDIT_FLUSH_SECONDS": "0.25", "INJECTOR_CONFIG_RECHECK_SECONDS": "1"}
+
+
+def periodic(args: argparse.Namespace, *, audit: bool, work: Path) -> float:
+    """Instructions per second of an idle worker's periodic work (the audit writer's cycle, the configuration's
+    recheck, the main loop's turns) with the webhook's own intervals: two runs of WARMUP admissions, the second
+    left idle for IDLE seconds before it stops, the difference over IDLE. Sleeps are wall-clock time, which
+    valgrind does not stretch, so this counts what a second of it costs on a real worker."""
+    short = _served_total(args, audit=audit, work=work, count=args.warmup, name="idle-0", settings=PERIODIC_SETTINGS)
+    long = _served_total(args, audit=audit, work=work, count=args.warmup, name=f"idle-{args.idle}",
+                         settings=PERIODIC_SETTINGS, idle_seconds=args.idle)
+    return (long - short) / args.idle
+
+
+def _served_total(args: argparse.Namespace, *, audit: bool, work: Path, count: int, name: str,
+                  settings: dict[str, str] | None = None, idle_seconds: float = 0) -> int:
     from tests.support.servers import free_port, process_group_stop
 
     out = work / f"served-{'on' if audit else 'off'}-{name}"
     port = free_port()
-    env = environment(database=args.database_url, audit=audit, work=work)
+    env = {**environment(database=args.database_url, audit=audit, work=work), **(settings or {})}
     env.update({"GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "1", "GUNICORN_THREADS": "2",
                 "PATH": f"{PYTHON.parent}{os.pathsep}{env.get('PATH', '')}"})
     (work / "prometheus").mkdir(exist_ok=True)
@@ -258,6 +283,7 @@ def _served_total(args: argparse.Namespace, *, audit: bool, work: Path, count: i
         for body in mix(count, f"{out.name}-{os.getpid()}"):
             _post(connection, body)
         connection.close()
+        time.sleep(idle_seconds)
     finally:
         process_group_stop(server, timeout_seconds=300)  # SIGTERM: the worker writes what it spooled, then exits
         log.close()
@@ -313,6 +339,8 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 row["served"] = served(args, audit=audit, work=work)
             if "inprocess" in args.modes:
                 row.update(inprocess(args, audit=audit, work=work))
+            if "periodic" in args.modes:
+                row["periodic work per idle second"] = periodic(args, audit=audit, work=work)
             if "served" in row and "in-process" in row:
                 row["gunicorn + request gate + framing"] = row["served"] - row["in-process"]
             results["audit on" if audit else "audit off"] = row
@@ -328,7 +356,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--admissions", type=int, default=200, help="admissions counted (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=20, help="admissions before counting")
-    parser.add_argument("--modes", default="served,inprocess", help="served, inprocess, or both")
+    parser.add_argument("--modes", default="served,inprocess,periodic", help="served, inprocess, periodic (comma list)")
+    parser.add_argument("--idle", type=int, default=10, help="seconds an idle worker is counted (periodic)")
     parser.add_argument("--database-url", default=os.environ.get("INSTRUCTIONS_BENCH_DATABASE_URL", DEFAULT_DATABASE))
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep", help="make the work directory (callgrind files, logs) in this directory, kept")
