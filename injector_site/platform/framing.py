@@ -57,6 +57,23 @@ class RequestFrame:
         self._reset()
         return data
 
+    def request_parts(self) -> tuple[bytes, bytes, bytes] | None:
+        """For a READY request framed by its Content-Length or without a body: its head (up to and with the
+        blank line), its body and the bytes that follow it, left in the frame; None for a chunked body."""
+        start = self._body_start
+        if start is None or self._verdict not in (None, READY) or self._chunk_at is not None:
+            return None
+        end = self._needed if self._needed is not None else start
+        buffer = self.buffer
+        if len(buffer) < end:
+            return None
+        return bytes(buffer[:start]), bytes(buffer[start:end]), bytes(buffer[end:])
+
+    def clear(self) -> None:
+        """Forget what is buffered (its request was taken by request_parts); the frame starts over empty."""
+        self.buffer = bytearray()
+        self._reset()
+
     def state(self) -> str:
         if self._body_start is None:
             end = self.buffer.find(b"\r\n\r\n")

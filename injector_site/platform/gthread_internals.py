@@ -28,6 +28,7 @@ THREAD_WORKER_METHODS: dict[str, tuple[str, ...]] = {
     "accept": ("self", "server", "listener"),  # called by run() with the listener, for each readable one
     "on_client_socket_readable": ("self", "conn", "client"),  # a kept-alive connection is readable
     "handle": ("self", "conn"),  # in a pool thread: parse one request, answer it -> (keepalive, conn)
+    "handle_request": ("self", "req", "conn"),  # called by handle(): the environ, the app, the answer -> keepalive
     "finish_request": ("self", "fs"),  # the future's done callback: keep the connection or close it
     "_wrap_future": ("self", "fs", "conn"),  # track a submitted future, with finish_request as callback
     "murder_keepalived": ("self",),  # called on every turn of run()'s loop
@@ -35,6 +36,20 @@ THREAD_WORKER_METHODS: dict[str, tuple[str, ...]] = {
 }
 # Attributes ThreadWorker.__init__ creates (init_process fills tpool, poller and _lock), which the gate uses.
 THREAD_WORKER_ATTRIBUTES = ("tpool", "poller", "_lock", "_keep", "futures", "nr_conns", "worker_connections")
+# gunicorn code the gate repeats for a request it parsed itself (request_head.py and
+# GatedThreadWorker.handle_request), by the SHA-256 of its source in gunicorn 23: a release that changes any of
+# them is to be read against the gate's copy before the pin moves.
+MIRRORED_SOURCES: dict[str, str] = {
+    "gunicorn.workers.gthread.ThreadWorker.handle_request":
+        "3c0bc0955003d7d82e9d2e59db92cba0bae45358e7de5ff54dd10fcbe608c576",
+    "gunicorn.http.wsgi.create": "1865af9cf6873f1d4af8dc4eeb134a983be5229918e86b6272562e7e1b3d7966",
+    "gunicorn.http.wsgi.base_environ": "942494574f2cdd6dac1869751817fe9a533bf8371027a7ba47bea792a91deacf",
+    "gunicorn.http.wsgi.default_environ": "b7e18b84d829cb5aea4849a346cdf907872f2771655c51fdc5ea9296111bd0ab",
+}
+# gthread's TConn methods the gate's connection overrides, with their parameters in gunicorn 23.
+CONNECTION_METHODS: dict[str, tuple[str, ...]] = {
+    "set_timeout": ("self",),  # called by finish_request: the keep-alive deadline (a time.time() value)
+}
 # Attributes of gthread's TConn (a connection), which the gate sets before a thread gets it.
 CONNECTION_ATTRIBUTES = ("cfg", "sock", "client", "server", "parser", "initialized", "timeout")
 

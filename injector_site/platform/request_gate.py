@@ -30,6 +30,7 @@ docs/availability.md.
 from __future__ import annotations
 
 import errno
+import logging
 import selectors
 import socket
 import ssl
@@ -37,15 +38,20 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
+from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from gunicorn import http
 from gunicorn import sock as gunicorn_sock
 from gunicorn.config import Config
+from gunicorn.http.wsgi import FileWrapper, Response
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from .framing import HEAD_TOO_LARGE, READY, READY_CLOSE, WAIT, RequestFrame
 from .gthread_internals import buffered_parser, parser_feed, parser_unparsed_take
+from .gunicorn_logger import AccessLogWhenEnabled
+from .request_head import EnvironBuilder, HeadRules, RequestHead, head_parse
 
 if TYPE_CHECKING:
     from gunicorn._types import _AddressType  # the stubs' name for a listener's address
@@ -59,6 +65,31 @@ REPORT_EVERY_SECONDS = 10.0
 _CLOSED = "closed"  # the client closed, or the connection failed
 
 
+class GateParser:
+    """A connection's parser, as gthread's handle() calls it: the request the gate parsed (request_head.py)
+    when there is one, else gunicorn's parser over the bytes the gate buffered."""
+
+    def __init__(self, parser: http.RequestParser) -> None:
+        self.parser = parser
+        self.ready: RequestHead | None = None
+        self.rest = b""  # what followed the ready request (the start of a pipelined one)
+        self.mesg: Any = None
+
+    def __next__(self) -> Any:
+        ready = self.ready
+        if ready is not None:
+            self.ready = None
+            self.mesg = ready
+            return ready
+        self.mesg = next(self.parser)
+        return self.mesg
+
+    def unparsed_take(self) -> bytes:
+        """Bytes received and not parsed yet, taken out."""
+        rest, self.rest = self.rest, b""
+        return rest + parser_unparsed_take(self.parser)
+
+
 class GatedConn(TConn):
     """A connection with the request it is reading, and until when it may take."""
 
@@ -70,6 +101,12 @@ class GatedConn(TConn):
         self.handshaken = not cfg.is_ssl
         self.close_after = False
         self.closed = False
+        self.parser: GateParser | None = None  # type: ignore[assignment]  # gthread's parser, wrapped
+        self.keepalive_seconds = cfg.keepalive
+
+    def set_timeout(self) -> None:
+        """gthread's keep-alive deadline, with the setting read once per connection, not per request."""
+        self.timeout = time.time() + self.keepalive_seconds
 
 
 class GatedThreadWorker(ThreadWorker):
@@ -94,6 +131,12 @@ class GatedThreadWorker(ThreadWorker):
         self._closed_late = 0
         self._closed_evicted = 0
         self._reported_at = time.monotonic()
+        # Read once: gunicorn reads its Config per request, a Python call each (request_head.py).
+        self._head_rules = HeadRules(self.cfg)
+        self._environ_builder = EnvironBuilder(self.cfg)
+        self._pre_request = self.cfg.pre_request
+        self._post_request = self.cfg.post_request
+        self._keepalive_seconds = self.cfg.keepalive
         super().init_process()
 
     # --- new connections -----------------------------------------------------------------------
@@ -198,10 +241,29 @@ class GatedThreadWorker(ThreadWorker):
         if conn.parser is None:
             # The thread's parser reads what the main loop buffered, never the socket: a request the
             # frame handed over before its end (READY_CLOSE) is answered from what arrived.
-            conn.parser = buffered_parser(self.cfg, conn.client)
-        parser_feed(conn.parser, conn.frame.take())
+            conn.parser = GateParser(buffered_parser(self.cfg, conn.client))
+        self._prepare(conn, READY_CLOSE if close_after else READY)
         conn.initialized = True
         self._wrap_future(self.tpool.submit(self.handle, conn), conn)
+
+    def _prepare(self, conn: GatedConn, state: str) -> None:
+        """Give the connection's parser the frame's whole request: parsed and its environ built here when it is
+        plain (request_head.py), else as bytes for gunicorn's parser."""
+        parser = conn.parser
+        assert isinstance(parser, GateParser)  # set by _dispatch
+        parts = conn.frame.request_parts() if state == READY else None
+        if parts is not None:
+            head, body, rest = parts
+            request = head_parse(head, body, self._head_rules, conn.client)
+            if request is not None:
+                environ = self._environ_builder.environ(request, conn.sock, conn.client, conn.server)
+                if environ is not None:
+                    request.environ = environ
+                    conn.frame.clear()
+                    parser.ready = request
+                    parser.rest = rest
+                    return
+        parser_feed(parser.parser, conn.frame.take())
 
     @staticmethod
     def _refuse(conn: GatedConn, status: bytes, body: bytes) -> None:
@@ -220,19 +282,92 @@ class GatedThreadWorker(ThreadWorker):
             keepalive, _ = super().handle(conn)
             if not keepalive or conn.close_after or conn.parser is None:
                 return False, conn
-            message = conn.parser.mesg
+            parser = conn.parser
+            assert isinstance(parser, GateParser)  # set by _dispatch
+            message = parser.mesg
             if message is not None and message.body is not None:  # a body the app did not read, in memory
                 while message.body.read(READ_CHUNK_BYTES):
                     pass
-            rest = parser_unparsed_take(conn.parser)
+            rest = parser.unparsed_take()
             if not rest:
                 return True, conn
             state = conn.frame.feed(rest)
             if state in (READY, READY_CLOSE):
                 conn.close_after = state == READY_CLOSE
-                parser_feed(conn.parser, conn.frame.take())
+                self._prepare(conn, state)
                 continue
             return state == WAIT, conn
+
+    def handle_request(self, req: Any, conn: TConn) -> bool:
+        """gthread's handle_request (gunicorn 23) step for step, for a request the gate parsed: its environ
+        already built (request_head.py), the hooks and keepalive read once per worker, and the access log's clock
+        read only when it writes.
+        Any other request takes gthread's own."""
+        if not isinstance(req, RequestHead):
+            return bool(super().handle_request(req, conn))
+        environ: dict[str, Any] = req.environ
+        resp = None
+        try:
+            self._pre_request(self, req)
+            timed = self._access_timed()
+            request_start = datetime.now() if timed else None  # noqa: DTZ005 - gthread's clock for the access log
+            # A RequestHead offers what gunicorn's Response and access log read of a Request (request_head.py).
+            resp = Response(req, conn.sock, self.cfg)  # type: ignore[arg-type]
+            environ["wsgi.multithread"] = True
+            self.nr += 1
+            if self.nr >= self.max_requests:
+                if self.alive:
+                    self.log.info("Autorestarting worker after current request.")
+                    self.alive = False
+                resp.force_close()
+            if not self.alive or not self._keepalive_seconds:
+                resp.force_close()
+            elif len(self._keep) >= self.max_keepalived:
+                resp.force_close()
+            respiter = self.wsgi(environ, resp.start_response)  # type: ignore[arg-type]  # as gthread calls it
+            try:
+                if isinstance(respiter, FileWrapper):
+                    resp.write_file(respiter)
+                else:
+                    for item in respiter:
+                        resp.write(item)
+                resp.close()
+            finally:
+                if request_start is not None:
+                    self.log.access(resp, req, environ,  # type: ignore[arg-type]  # a RequestHead, as above
+                                    datetime.now() - request_start)  # noqa: DTZ005 - as above
+                if hasattr(respiter, "close"):
+                    respiter.close()
+            if resp.should_close():
+                self.log.debug("Closing connection.")
+                return False
+        except OSError:
+            raise
+        except Exception:
+            if resp and resp.headers_sent:
+                # The head went out: close the connection to tell the client (gthread does the same).
+                self.log.exception("Error handling request")
+                try:
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+                    conn.sock.close()
+                except OSError:
+                    pass
+                raise StopIteration() from None
+            raise
+        finally:
+            try:
+                self._post_request(self, req, environ, resp)
+            except Exception:  # as gthread: a failing hook is logged, the answer stands
+                self.log.exception("Exception in post_request hook")
+        return True
+
+    def _access_timed(self) -> bool:
+        """Whether an access-log line is wanted: AccessLogWhenEnabled writes none below INFO (and gunicorn's
+        logger none either); another logger class (statsd's) is always called, as by gthread."""
+        log = self.log
+        if type(log).access is AccessLogWhenEnabled.access:
+            return bool(log.access_log.isEnabledFor(logging.INFO))
+        return True
 
     # --- bookkeeping, in the main loop -----------------------------------------------------------
     def _pending_add(self, conn: GatedConn) -> None:

@@ -6,6 +6,8 @@ gthread.py against request_gate.py before changing the pin.
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import inspect
 import socket
 from importlib import metadata
@@ -17,7 +19,7 @@ from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from injector_site.platform import gthread_internals
 from injector_site.platform.gthread_internals import buffered_parser, parser_feed, parser_unparsed_take
-from injector_site.platform.request_gate import GatedThreadWorker
+from injector_site.platform.request_gate import GatedConn, GatedThreadWorker
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -40,6 +42,20 @@ def test_the_gate_overrides_only_methods_listed_as_gthreads():
     own = {name for name, value in vars(GatedThreadWorker).items()
            if callable(value) and not name.startswith("__") and hasattr(ThreadWorker, name)}
     assert own <= set(gthread_internals.THREAD_WORKER_METHODS)
+
+
+@pytest.mark.parametrize("name, parameters", gthread_internals.CONNECTION_METHODS.items())
+def test_a_connection_has_each_method_the_gate_overrides(name, parameters):
+    method = getattr(TConn, name, None)
+    assert callable(method), f"gunicorn's TConn has no {name}()"
+    assert tuple(inspect.signature(method).parameters) == parameters
+    assert "self.timeout = time.time() + self.cfg.keepalive" in inspect.getsource(TConn.set_timeout)
+
+
+def test_the_gate_connection_overrides_only_methods_listed():
+    own = {name for name, value in vars(GatedConn).items()
+           if callable(value) and not name.startswith("__") and hasattr(TConn, name)}
+    assert own <= set(gthread_internals.CONNECTION_METHODS)
 
 
 def test_gthread_creates_each_attribute_the_gate_uses():
@@ -89,3 +105,22 @@ def test_a_buffered_parser_reads_a_large_body_fed_in_pieces_and_keeps_what_follo
     message = next(parser)
     assert message.body.read() == body
     assert parser_unparsed_take(parser) == b"GET /healthz HTTP/1.1\r\n"
+
+
+@pytest.mark.parametrize("qualified_name, digest", gthread_internals.MIRRORED_SOURCES.items())
+def test_gunicorn_code_the_gate_repeats_is_the_code_it_was_copied_from(qualified_name, digest):
+    assert hashlib.sha256(inspect.getsource(_resolved(qualified_name)).encode()).hexdigest() == digest, (
+        f"{qualified_name} changed: read it against request_gate.py and request_head.py")
+
+
+def _resolved(qualified_name):
+    parts = qualified_name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            found = getattr(found, part)
+        return found
+    raise LookupError(qualified_name)
