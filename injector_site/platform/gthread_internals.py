@@ -36,7 +36,7 @@ THREAD_WORKER_METHODS: dict[str, tuple[str, ...]] = {
 }
 # Attributes ThreadWorker.__init__ creates (init_process fills tpool, poller and _lock), which the gate uses.
 THREAD_WORKER_ATTRIBUTES = ("tpool", "poller", "_lock", "_keep", "futures", "nr_conns", "worker_connections")
-# gunicorn code the gate repeats for a request it parsed itself (request_head.py and
+# gunicorn code the gate repeats for a request it parsed itself (request_head.py, lean_response.py and
 # GatedThreadWorker.handle_request), by the SHA-256 of its source in gunicorn 23: a release that changes any of
 # them is to be read against the gate's copy before the pin moves.
 MIRRORED_SOURCES: dict[str, str] = {
@@ -45,7 +45,14 @@ MIRRORED_SOURCES: dict[str, str] = {
     "gunicorn.http.wsgi.create": "1865af9cf6873f1d4af8dc4eeb134a983be5229918e86b6272562e7e1b3d7966",
     "gunicorn.http.wsgi.base_environ": "942494574f2cdd6dac1869751817fe9a533bf8371027a7ba47bea792a91deacf",
     "gunicorn.http.wsgi.default_environ": "b7e18b84d829cb5aea4849a346cdf907872f2771655c51fdc5ea9296111bd0ab",
+    "gunicorn.http.wsgi.Response.default_headers":
+        "cb490cea5d6f54089293c2adf46190cf3b5fb92335e620bb93710412aa26c6c6",
+    "gunicorn.http.wsgi.Response.send_headers": "7aff3b7d004fc17b318ce8d0ea6a426cc9c019fb9e6e5ed129c5dbb598315cb9",
+    "gunicorn.http.wsgi.Response.write": "286c8b1bba85fa5794c74813e0919ccccf16b33bb8d30e7d7b4ecd124702c08e",
 }
+# Attributes of gunicorn's Response that LeanResponse reads or sets (besides its own methods' use of them).
+RESPONSE_ATTRIBUTES = ("req", "sock", "status", "headers", "chunked", "upgrade", "response_length", "sent",
+                       "headers_sent", "version", "must_close")
 # gthread's TConn methods the gate's connection overrides, with their parameters in gunicorn 23.
 CONNECTION_METHODS: dict[str, tuple[str, ...]] = {
     "set_timeout": ("self",),  # called by finish_request: the keep-alive deadline (a time.time() value)

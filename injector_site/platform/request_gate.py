@@ -45,12 +45,13 @@ from typing import TYPE_CHECKING, Any
 from gunicorn import http
 from gunicorn import sock as gunicorn_sock
 from gunicorn.config import Config
-from gunicorn.http.wsgi import FileWrapper, Response
+from gunicorn.http.wsgi import FileWrapper
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from .framing import HEAD_TOO_LARGE, READY, READY_CLOSE, WAIT, RequestFrame
 from .gthread_internals import buffered_parser, parser_feed, parser_unparsed_take
 from .gunicorn_logger import AccessLogWhenEnabled
+from .lean_response import LeanResponse
 from .request_head import EnvironBuilder, HeadRules, RequestHead, head_parse
 
 if TYPE_CHECKING:
@@ -300,8 +301,8 @@ class GatedThreadWorker(ThreadWorker):
 
     def handle_request(self, req: Any, conn: TConn) -> bool:
         """gthread's handle_request (gunicorn 23) step for step, for a request the gate parsed: its environ
-        already built (request_head.py), the hooks and keepalive read once per worker, and the access log's clock
-        read only when it writes.
+        already built (request_head.py), gunicorn's Response sending head and body together (lean_response.py),
+        the hooks and keepalive read once per worker, and the access log's clock read only when it writes.
         Any other request takes gthread's own."""
         if not isinstance(req, RequestHead):
             return bool(super().handle_request(req, conn))
@@ -312,7 +313,7 @@ class GatedThreadWorker(ThreadWorker):
             timed = self._access_timed()
             request_start = datetime.now() if timed else None  # noqa: DTZ005 - gthread's clock for the access log
             # A RequestHead offers what gunicorn's Response and access log read of a Request (request_head.py).
-            resp = Response(req, conn.sock, self.cfg)  # type: ignore[arg-type]
+            resp = LeanResponse(req, conn.sock, self.cfg)  # type: ignore[arg-type]
             environ["wsgi.multithread"] = True
             self.nr += 1
             if self.nr >= self.max_requests:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from gunicorn.config import Config
+from gunicorn.http.wsgi import Response
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from injector_site.platform import gthread_internals
@@ -110,7 +111,7 @@ def test_a_buffered_parser_reads_a_large_body_fed_in_pieces_and_keeps_what_follo
 @pytest.mark.parametrize("qualified_name, digest", gthread_internals.MIRRORED_SOURCES.items())
 def test_gunicorn_code_the_gate_repeats_is_the_code_it_was_copied_from(qualified_name, digest):
     assert hashlib.sha256(inspect.getsource(_resolved(qualified_name)).encode()).hexdigest() == digest, (
-        f"{qualified_name} changed: read it against request_gate.py and request_head.py")
+        f"{qualified_name} changed: read it against request_gate.py, request_head.py and lean_response.py")
 
 
 def _resolved(qualified_name):
@@ -124,3 +125,17 @@ def _resolved(qualified_name):
             found = getattr(found, part)
         return found
     raise LookupError(qualified_name)
+
+
+def test_a_response_has_each_attribute_the_lean_response_uses():
+    left, right = socket.socketpair()
+    with left, right:
+        request = next(_parsed(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+        response = Response(request, left, Config())
+        assert all(hasattr(response, name) for name in gthread_internals.RESPONSE_ATTRIBUTES)
+
+
+def _parsed(data):
+    parser = buffered_parser(Config(), ("127.0.0.1", 1))
+    parser_feed(parser, data)
+    return parser

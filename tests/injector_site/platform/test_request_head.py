@@ -1,4 +1,4 @@
-"""request_head.py: a request the gate parses itself means what it means to gunicorn.
+"""request_head.py and lean_response.py: a request the gate parses itself means what it means to gunicorn.
 
 Each request is read both ways: by the gate's frame and llhttp (head_parse, EnvironBuilder) and by gunicorn's
 own parser and wsgi.create. Where the gate takes a request, the environ must be gunicorn's, key for key; where
@@ -8,13 +8,17 @@ gunicorn refuses one (its 400s), the gate must leave it to gunicorn.
 from __future__ import annotations
 
 import random
+import socket
 
 import pytest
+from gunicorn import util
 from gunicorn.config import Config
 from gunicorn.http import wsgi
 
+from injector_site.platform import lean_response
 from injector_site.platform.framing import READY, RequestFrame
 from injector_site.platform.gthread_internals import buffered_parser, parser_feed
+from injector_site.platform.lean_response import LeanResponse
 from injector_site.platform.request_head import EnvironBuilder, HeadRules, head_parse
 
 CLIENT = ("10.0.0.7", 40312)
@@ -148,6 +152,63 @@ def test_a_damaged_request_is_either_left_to_gunicorn_or_read_as_gunicorn_reads_
             taken += 1
             _same(bytes(data), cfg)
     assert taken > 300  # most damage lands in values, which both read alike
+
+
+# --- the answer ---------------------------------------------------------------------------------------------
+
+
+ANSWERS = {
+    "a sized answer": ((1, 1), "POST", "200 OK", [("Content-Type", "application/json"), ("Content-Length", "5")],
+                       [b"hello"]),
+    "a sized answer in pieces": ((1, 1), "GET", "200 OK", [("Content-Length", "6")], [b"abc", b"def"]),
+    "a body longer than its length": ((1, 1), "GET", "200 OK", [("Content-Length", "3")], [b"abcdef"]),
+    "no length: chunked": ((1, 1), "GET", "200 OK", [("Content-Type", "text/plain")], [b"abc", b"", b"de"]),
+    "no length, HTTP/1.0": ((1, 0), "GET", "200 OK", [], [b"abc"]),
+    "a hop-by-hop header dropped": ((1, 1), "GET", "200 OK", [("Connection", "close"), ("Content-Length", "1")],
+                                    [b"x"]),
+    "no body": ((1, 1), "GET", "204 No Content", [], []),
+    "a HEAD": ((1, 1), "HEAD", "200 OK", [("Content-Length", "10")], [b""]),
+    "an empty first piece": ((1, 1), "GET", "200 OK", [("Content-Length", "2")], [b"", b"ok"]),
+}
+
+
+def _sent(response_class, version, method, status, headers, pieces, *, close=False) -> bytes:
+    request = next(_parsed(b"%s / HTTP/%d.%d\r\nHost: x\r\n\r\n" % (method.encode(), *version)))
+    left, right = socket.socketpair()
+    with left, right:
+        response = response_class(request, left, Config())
+        if close:
+            response.force_close()
+        response.start_response(status, list(headers))
+        for piece in pieces:
+            response.write(piece)
+        response.close()
+        left.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := right.recv(65536):
+            received += chunk
+    return received
+
+
+def _parsed(data: bytes):
+    parser = buffered_parser(Config(), CLIENT)
+    parser_feed(parser, data)
+    return parser
+
+
+@pytest.mark.parametrize("close", [False, True])
+@pytest.mark.parametrize("answer", ANSWERS.values(), ids=ANSWERS.keys())
+def test_the_lean_response_sends_gunicorns_bytes(answer, close, monkeypatch):
+    monkeypatch.setattr(util, "http_date", lambda timestamp=None: "Sat, 05 Dec 2026 01:00:00 GMT")
+    monkeypatch.setattr(lean_response, "_date", (0, ""))
+    assert _sent(LeanResponse, *answer, close=close) == _sent(wsgi.Response, *answer, close=close)
+
+
+def test_the_date_is_gunicorns_for_this_second(monkeypatch):
+    monkeypatch.setattr(lean_response, "_date", (0, ""))
+    before = util.http_date()
+    now = lean_response.http_date_now()
+    assert now in (before, util.http_date())
 
 
 @pytest.mark.parametrize("script_name", ["/injector", "/elsewhere"])
