@@ -63,6 +63,7 @@ READ_CHUNK_BYTES = 64 * 1024
 # it, the API server's included) for the time of its whole body: seconds on a busy machine for 4 x 3 MiB.
 READ_TURN_BYTES = 256 * 1024
 REPORT_EVERY_SECONDS = 10.0
+HEARTBEAT_SECONDS = 1.0  # at most this long between two heartbeats of a live worker (see notify)
 _CLOSED = "closed"  # the client closed, or the connection failed
 
 
@@ -75,6 +76,12 @@ class GateParser:
         self.ready: RequestHead | None = None
         self.rest = b""  # what followed the ready request (the start of a pipelined one)
         self.mesg: Any = None
+        self.fed = False  # whether gunicorn's parser was given bytes since the last unparsed_take
+
+    def feed(self, data: bytes) -> None:
+        """Bytes for gunicorn's parser."""
+        parser_feed(self.parser, data)
+        self.fed = True
 
     def __next__(self) -> Any:
         ready = self.ready
@@ -88,6 +95,9 @@ class GateParser:
     def unparsed_take(self) -> bytes:
         """Bytes received and not parsed yet, taken out."""
         rest, self.rest = self.rest, b""
+        if not self.fed:  # gunicorn's parser holds nothing: only requests the gate parsed since
+            return rest
+        self.fed = False
         return rest + parser_unparsed_take(self.parser)
 
 
@@ -138,6 +148,10 @@ class GatedThreadWorker(ThreadWorker):
         self._pre_request = self.cfg.pre_request
         self._post_request = self.cfg.post_request
         self._keepalive_seconds = self.cfg.keepalive
+        # gunicorn's heartbeat (a utime of the worker's file) was written on every turn of the main loop, one
+        # or two per request; the arbiter needs one within its timeout (self.timeout is half of it).
+        self._heartbeat_seconds = min(HEARTBEAT_SECONDS, self.timeout / 5)
+        self._heartbeat_due = 0.0
         super().init_process()
 
     # --- new connections -----------------------------------------------------------------------
@@ -264,7 +278,7 @@ class GatedThreadWorker(ThreadWorker):
                     parser.ready = request
                     parser.rest = rest
                     return
-        parser_feed(parser.parser, conn.frame.take())
+        parser.feed(conn.frame.take())
 
     @staticmethod
     def _refuse(conn: GatedConn, status: bytes, body: bytes) -> None:
@@ -415,6 +429,14 @@ class GatedThreadWorker(ThreadWorker):
         self._closed_evicted += 1
         conn.close()
         self.nr_conns -= 1
+
+    def notify(self) -> None:
+        """Every turn of the main loop: gunicorn's heartbeat, once per heartbeat interval (the loop turns at least
+        once a second, its poller's timeout)."""
+        now = time.monotonic()
+        if now >= self._heartbeat_due:
+            self._heartbeat_due = now + self._heartbeat_seconds
+            super().notify()
 
     def murder_keepalived(self) -> None:
         """Every turn of the main loop: gthread's keep-alive timeouts, then the request deadlines."""

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from injector_site.platform import request_gate
 from injector_site.platform.framing import HEAD_TOO_LARGE, READY, READY_CLOSE, WAIT, RequestFrame
 from tests.support import pods
 from tests.support.hostile import MUTATE_HEAD, HostileClients, mutate_seconds, p99, trickle
@@ -69,6 +70,30 @@ def test_a_request_fed_a_byte_at_a_time_is_ready_at_its_last_byte():
     states = [frame.feed(request[i:i + 1]) for i in range(len(request))]
     assert states[:-1] == [WAIT] * (len(request) - 1) and states[-1] == READY
     assert frame.take() == request and len(frame) == 0
+
+
+class _Heartbeats:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.written: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def notify(self) -> None:  # gunicorn's WorkerTmp.notify: a utime of the worker's file
+        self.written.append(self.now)
+
+
+def test_the_heartbeat_is_written_once_per_interval_however_often_the_loop_turns(monkeypatch):
+    beats = _Heartbeats()
+    monkeypatch.setattr(request_gate, "time", beats)
+    worker = request_gate.GatedThreadWorker.__new__(request_gate.GatedThreadWorker)
+    worker.tmp, worker.timeout = beats, 15  # gunicorn gives a worker half its timeout setting
+    worker._heartbeat_seconds, worker._heartbeat_due = min(request_gate.HEARTBEAT_SECONDS, worker.timeout / 5), 0.0
+    for _ in range(20):  # turns of the main loop, 0.25 s apart: a request each, say
+        worker.notify()
+        beats.now += 0.25
+    assert beats.written == [1000.0, 1001.0, 1002.0, 1003.0, 1004.0]
 
 
 # --- a real server under slow clients ----------------------------------------------------------------
