@@ -269,3 +269,49 @@ def test_clients_trickling_any_framing_neither_hold_a_thread_nor_outlive_the_dea
     assert p99(seconds) < 1, f"/mutate p99 {p99(seconds):.2f} s under {HOSTILE_CLIENTS} hostile clients"
     # The server closed each connection at the latest when the whole request's deadline passed.
     assert min(connections) >= 2, connections
+
+
+# --- requests the gate parsed itself (request_head.py) keep gunicorn's behaviour ---------------------------
+
+
+def test_a_request_the_gate_parsed_is_in_gunicorns_access_log_when_it_is_on(hello_app, start_server):
+    server = start_server("hello_app:application", {"GUNICORN_ACCESS_LOG": "true", "WEB_CONCURRENCY": "1"},
+                          cwd=hello_app)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("GET", "/hello?x=1", headers={"User-Agent": "gate-test"})
+    response = conn.getresponse()
+    assert (response.status, response.read().split()[1]) == (200, b"/hello")
+    conn.close()
+
+    def access_lines() -> list[str]:
+        return [line["message"] for line in map(json.loads, server.log().splitlines())
+                if line.get("logger") == "gunicorn.access"]
+
+    server.wait_until(access_lines, timeout_seconds=10, what="write the access-log line")
+    (line,) = access_lines()
+    assert line.startswith('127.0.0.1 - - [')  # gunicorn's default format, field for field
+    assert line.endswith('] "GET /hello?x=1 HTTP/1.1" 200 12 "-" "gate-test"')
+
+
+def test_a_worker_restarts_after_max_requests_of_requests_the_gate_parsed(hello_app, start_server):
+    server = start_server("hello_app:application", {"WEB_CONCURRENCY": "1", "GUNICORN_CMD_ARGS": "--max-requests 3"},
+                          cwd=hello_app)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    answers = []
+    for _ in range(3):
+        conn.request("GET", "/")
+        response = conn.getresponse()
+        answers.append((response.read().split()[0], response.getheader("Connection")))
+    conn.close()
+    assert [connection for _, connection in answers] == ["keep-alive", "keep-alive", "close"]
+    first_pid = answers[0][0]
+
+    def another_worker_answers() -> bool:
+        probe = http.client.HTTPConnection("127.0.0.1", server.port, timeout=2)
+        try:
+            probe.request("GET", "/")
+            return probe.getresponse().read().split()[0] != first_pid
+        finally:
+            probe.close()
+
+    server.wait_until(another_worker_answers, timeout_seconds=30, what="answer from a new worker")
