@@ -308,8 +308,16 @@ def _connect(port: int, *, deadline: float) -> http.client.HTTPConnection:
 
 
 def _post(connection: http.client.HTTPConnection, body: bytes) -> None:
-    connection.request("POST", "/mutate", body, {"Content-Type": "application/json"})
-    response = connection.getresponse()
+    """POST one review in one write, as the API server's Go client sends a review this small. (http.client
+    writes the head and the body apart: whether the worker then read the request in one turn of its loop or
+    two followed the scheduler, and a busy machine made most of them two, +94,000 instructions each.) The
+    head is http.client's, byte for byte."""
+    head = (f"POST /mutate HTTP/1.1\r\nHost: {connection.host}:{connection.port}\r\nAccept-Encoding: identity\r\n"
+            f"Content-Length: {len(body)}\r\nContent-Type: application/json\r\n\r\n").encode()
+    assert connection.sock is not None  # connected by _connect
+    connection.sock.sendall(head + body)
+    response = http.client.HTTPResponse(connection.sock, method="POST")
+    response.begin()
     response.read()
     if response.status != 200:
         raise SystemExit(f"/mutate answered {response.status}")
