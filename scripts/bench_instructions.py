@@ -2,7 +2,7 @@
 
 Run it with scripts/bench-instructions. It measures a fixed mix of AdmissionReviews (a plain GPU Pod
 sized by the default preset, a vLLM Pod sized from the model catalog, a denied Pod, a Pod without
-GPUs; each with its own uid), with the audit off and on (spooled, written with COPY):
+GPUs; each with its own uid and Pod name), with the audit off and on (spooled, written with COPY):
 
 - served: one gunicorn worker (injector_site/gunicorn_conf.py, one worker, plain HTTP, PostgreSQL)
   under callgrind, fed over one keep-alive connection: two runs, of WARMUP and of WARMUP + ADMISSIONS
@@ -13,8 +13,9 @@ GPUs; each with its own uid), with the audit off and on (spooled, written with C
   intervals. The served runs hold it off while admissions are counted (see environment()), so that their
   count follows the code and not the machine's load;
 - in-process: the WSGI application alone (injector_site.wsgi.application), called in a loop under
-  callgrind, and each stage of an admission on its own, on the same mix: parse, decide (the engine),
-  patch, response, metrics, audit record, spool, audit write (COPY), log. What the stages leave of the
+  callgrind, and each stage of an admission on its own, on the same mix: parse, decide (as /mutate decides:
+  the engine, the patch and the answer), response, metrics, audit record, spool, audit write (COPY), log;
+  and, not part of the sum, the engine alone and the patch alone on every Pod. What the stages leave of the
   WSGI total is the glue (WSGI, the body's read, the view); what the in-process total leaves of the
   served one is gunicorn with the request gate and framing.
 
@@ -44,13 +45,16 @@ sys.path.insert(0, str(REPO))
 
 PYTHON = REPO / ".venv" / "bin" / "python"
 DEFAULT_DATABASE = "postgres://postgres@127.0.0.1:5432/volcano_injector_instructions"
-STAGES = ("parse", "decide", "patch", "response", "metrics", "audit record", "audit spool", "audit write", "log")
+STAGES = ("parse", "decide", "response", "metrics", "audit record", "audit spool", "audit write", "log")
+# Measured too, but not stages of the sum: what deciding costs where nothing is remembered.
+ENGINE_ALONE = {"engine": "engine alone (mutate_pod)", "engine patch": "patch alone (make_patch)"}
 SUMMARY = re.compile(rb"^summary: (\d+)$", re.M)
 TRIGGER = re.compile(rb"^desc: Trigger: (?:Client Request|dump) ?(.*)$", re.M)
 
 
 def mix(count: int, prefix: str) -> list[bytes]:
-    """`count` AdmissionReview bodies cycling through the four Pods of the mix, each with a uid of its own."""
+    """`count` AdmissionReview bodies cycling through the four Pods of the mix, each with a uid and a Pod name of
+    its own (as replicas have: a StatefulSet's `web-3`, a generated `qwen-7b-5d9f8b7c6d-x2k9q`)."""
     from tests.support import pods
 
     kinds = [
@@ -59,7 +63,14 @@ def mix(count: int, prefix: str) -> list[bytes]:
         pods.vllm_deployment_pod(annotations={"volcano-injector.io/preset": "no-such-preset"}),  # denied
         pods.cpu_pod(),  # no GPU
     ]
-    return [json.dumps(pods.review(kinds[i % len(kinds)], uid=f"{prefix}-{i}")).encode() for i in range(count)]
+    bodies = []
+    for i in range(count):
+        pod = kinds[i % len(kinds)]
+        metadata = pod["metadata"]
+        name = f"{metadata.get('generateName') or metadata['name'] + '-'}{prefix}-{i}"
+        pod = {**pod, "metadata": {**metadata, "name": name}}
+        bodies.append(json.dumps(pods.review(pod, uid=f"{prefix}-{i}")).encode())
+    return bodies
 
 
 def environment(*, database: str, audit: bool, work: Path) -> dict[str, str]:
@@ -125,7 +136,6 @@ def child_inprocess(args: argparse.Namespace) -> None:
     from mutations.engine.specs import MutationContext
     from mutations.metrics import admission_observe
     from mutations.webhook import services
-    from mutations.webhook.decide import pod_preview
     from mutations.webhook.record import audit_record_build
     from mutations.webhook.views import _body_bytes_problem
     from profiles.catalog import catalog_current
@@ -171,25 +181,13 @@ def child_inprocess(args: argparse.Namespace) -> None:
         admission.parse_review(orjson.loads(body))
     dump("parse")
     requests = [admission.parse_review(raw) for raw in raws]
-    catalog = catalog_current()
-    contexts = [MutationContext(namespace=request.namespace, policy=select_policy(catalog.policies, request.namespace),
-                                catalog=catalog) for request in requests]
     prepared()
-    results = [mutate_pod(request.object, context) for request, context in zip(requests, contexts, strict=True)]
+    decided = [services._pod_decide(request) for request in requests]  # as /mutate decides
     dump("decide")
-    patches = [make_patch(request.object, result.pod) if result.decision in (Decision.MUTATED, Decision.AUDIT_ONLY)
-               else [] for request, result in zip(requests, results, strict=True)]
-    dump("patch")
-    for request, result, patch in zip(requests, results, patches, strict=True):
-        if result.decision is Decision.DENIED:
-            answer = admission.review_response(request.uid, allowed=False, code=403, message=result.reason,
-                                               warnings=result.warnings)
-        else:
-            answer = admission.review_response(request.uid, allowed=True, patch=patch or None,
-                                               warnings=result.warnings)
-        orjson.dumps(answer)
+    for request, (_, answer) in zip(requests, decided, strict=True):
+        orjson.dumps(services._response(request, answer))
     dump("response")
-    previews = [pod_preview(pod=request.object, namespace=request.namespace) for request in requests]
+    previews = [preview for preview, _ in decided]
     prepared()
     for preview in previews:
         admission_observe(decision=preview.result.decision, namespace=preview.namespace, result=preview.result,
@@ -213,6 +211,16 @@ def child_inprocess(args: argparse.Namespace) -> None:
     for request, preview in zip(requests, previews, strict=True):
         services._log(request, preview, preview.result.decision, preview.result.reason, 0.001)
     dump("log")
+    catalog = catalog_current()
+    contexts = [MutationContext(namespace=request.namespace, policy=select_policy(catalog.policies, request.namespace),
+                                catalog=catalog) for request in requests]
+    prepared()
+    results = [mutate_pod(request.object, context) for request, context in zip(requests, contexts, strict=True)]
+    dump("engine")
+    for request, result in zip(requests, results, strict=True):
+        if result.decision in (Decision.MUTATED, Decision.AUDIT_ONLY):
+            make_patch(request.object, result.pod)
+    dump("engine patch")
     dump("empty")
 
 
@@ -234,6 +242,8 @@ def inprocess(args: argparse.Namespace, *, audit: bool, work: Path) -> dict[str,
     for stage in STAGES:
         per[stage] = max(dumps[stage] - overhead, 0) / args.admissions
     per["glue (WSGI, view, body read)"] = per["in-process"] - sum(per[s] for s in STAGES)
+    for label, name in ENGINE_ALONE.items():
+        per[name] = max(dumps[label] - overhead, 0) / args.admissions
     return per
 
 

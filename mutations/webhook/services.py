@@ -12,7 +12,7 @@ from injector_site.platform.hot_settings import setting_value
 from ..audit import audit_record_submit
 from ..engine import Decision, JsonObject, admission
 from ..metrics import ADMISSION_FAILURES, admission_observe
-from .decide import Preview, admission_answer, pod_preview
+from .decide import AdmissionAnswer, Preview, admission_answer, pod_preview
 from .groups import group_leader_for, group_leader_forget, group_leader_remember
 from .record import audit_record_build, pod_metadata, text_cut
 
@@ -83,6 +83,12 @@ def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | 
     if request.operation != "CREATE" or not request.is_pod:
         reason = f"{request.operation} of {request.kind} is not mutated (only Pod CREATE is)"
         return admission.review_response(request.uid, allowed=True), None, Decision.SKIPPED, reason, ""
+    preview, answer = _pod_decide(request)
+    return _response(request, answer), preview, answer.decision, answer.reason, answer.field
+
+
+def _pod_decide(request: admission.AdmissionRequest) -> tuple[Preview, AdmissionAnswer]:
+    """The preview and the answer for a Pod CREATE."""
     pod = request.object
     assert isinstance(pod, dict), "parse_review refuses a Pod CREATE without the Pod"
     namespace = _namespace(request)
@@ -90,14 +96,14 @@ def _decide(request: admission.AdmissionRequest) -> tuple[JsonObject, Preview | 
     answer = admission_answer(preview)
     if not request.dry_run:
         group_leader_remember(pod=pod, namespace=namespace, decision=answer.decision, decided=preview.result.pod)
+    return preview, answer
+
+
+def _response(request: admission.AdmissionRequest, answer: AdmissionAnswer) -> JsonObject:
     if answer.allowed:
-        response = admission.review_response(request.uid, allowed=True, patch=answer.patch, warnings=answer.warnings)
-    else:
-        response = admission.review_response(request.uid, allowed=False, code=403, message=answer.reason,
-                                             warnings=answer.warnings)
-    return response, preview, answer.decision, answer.reason, answer.field
-
-
+        return admission.review_response(request.uid, allowed=True, patch=answer.patch, warnings=answer.warnings)
+    return admission.review_response(request.uid, allowed=False, code=403, message=answer.reason,
+                                     warnings=answer.warnings)
 
 
 def _namespace(request: admission.AdmissionRequest) -> str:
