@@ -14,6 +14,7 @@ from ..engine import Decision, JsonObject, admission
 from ..metrics import ADMISSION_FAILURES, admission_observe
 from .decide import AdmissionAnswer, Preview, admission_answer, pod_preview
 from .groups import group_leader_for, group_leader_forget, group_leader_remember
+from .memo import decision_remembered
 from .record import audit_record_build, pod_metadata, text_cut
 
 logger = logging.getLogger("volcano_injector.admission")
@@ -92,9 +93,14 @@ def _pod_decide(request: admission.AdmissionRequest) -> tuple[Preview, Admission
     pod = request.object
     assert isinstance(pod, dict), "parse_review refuses a Pod CREATE without the Pod"
     namespace = _namespace(request)
-    preview = pod_preview(pod=pod, namespace=namespace, group_leader=group_leader_for(pod=pod, namespace=namespace))
-    answer = admission_answer(preview)
+    group_leader = group_leader_for(pod=pod, namespace=namespace)
+    if group_leader is None:  # the Catalog is all the decision reads: the replicas of a template share it
+        preview, answer = decision_remembered(pod=pod, namespace=namespace)
+    else:
+        preview = pod_preview(pod=pod, namespace=namespace, group_leader=group_leader)
+        answer = admission_answer(preview)
     if not request.dry_run:
+        # A remembered preview's Pod is its template's first one: its annotations are this Pod's (memo.Decided).
         group_leader_remember(pod=pod, namespace=namespace, decision=answer.decision, decided=preview.result.pod)
     return preview, answer
 

@@ -1,6 +1,6 @@
 """Generated Pods through the real /mutate: every answer is a valid AdmissionReview, every patch
 applies (evanphx/json-patch v4) to a Pod the API server accepts, every denial names its field, and
-the webhook's own output sent back yields no patch."""
+the webhook's own output sent back yields no patch, and two replicas of a Pod get one answer."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from mutations.engine.replicas import replica_key
 from mutations.models import AdmissionAudit
+from tests.mutations.engine.test_replicas import replica
 from tests.support import pods
 from tests.support.kube import admit, default_pod, resource_errors, schema_errors
 
@@ -162,3 +164,19 @@ def test_every_generated_pod_gets_a_valid_answer_the_api_server_can_apply(post_r
     stored = admit(pod, body)  # applies the patch (v4), defaults again, validates schema + resources
     again = post_review(pods.review(stored, uid=str(uuid.uuid4()))).json()["response"]
     assert again["allowed"] is True and "patch" not in again, (stored, again)
+
+
+@PROFILE
+@given(pod=generated_pods())
+def test_a_generated_pods_replicas_get_one_answer_and_row(post_review, pod):
+    # The second replica is answered from the first one's remembered decision (mutations/webhook/memo.py).
+    assert replica_key(replica(pod, 0)) == replica_key(replica(pod, 1))
+    answers, rows = [], []
+    for index in range(2):
+        request = pods.review(replica(pod, index), uid=str(uuid.uuid4()))
+        response = post_review(request).json()["response"]
+        assert response.pop("uid") == request["request"]["uid"]
+        answers.append(response)
+        rows.append(AdmissionAudit.objects.filter(request_uid=request["request"]["uid"])
+                    .values("decision", "reason", "field", "warnings", "patch", "containers", "explanation").get())
+    assert answers[0] == answers[1] and rows[0] == rows[1]
