@@ -108,12 +108,16 @@ def review_response(
     message: str | None = None,
     code: int | None = None,
     warnings: tuple[str, ...] | list[str] = (),
+    patch_base64: str | None = None,
 ) -> JsonObject:
-    """An AdmissionReview response for `uid`; a patch only with patchType, a status only with a message."""
+    """An AdmissionReview response for `uid`; a patch only with patchType, a status only with a message.
+    `patch_base64`: `patch` already encoded (encode_patch), sent as it is."""
     response: JsonObject = {"uid": uid, "allowed": allowed}
-    if patch:
+    if patch_base64 is None and patch:
+        patch_base64 = encode_patch(patch)
+    if patch_base64:
         response["patchType"] = "JSONPatch"
-        response["patch"] = encode_patch(patch)
+        response["patch"] = patch_base64
     if message is not None or code is not None:
         status: JsonObject = {}
         if code is not None:

@@ -64,6 +64,8 @@ class AdmissionAnswer:
     field: str
     warnings: tuple[str, ...]
     patch: list[JsonObject]
+    # The patch as sent (admission.encode_patch), encoded once for the size check and the response.
+    patch_base64: str | None = None
 
 
 def admission_answer(preview: Preview) -> AdmissionAnswer:
@@ -73,12 +75,13 @@ def admission_answer(preview: Preview) -> AdmissionAnswer:
     if result.decision is Decision.DENIED:
         return AdmissionAnswer(result.decision, False, result.reason, field, result.warnings, [])
     if result.decision is Decision.MUTATED:
-        size = len(admission.encode_patch(preview.patch)) if preview.patch else 0
+        encoded = admission.encode_patch(preview.patch) if preview.patch else None
+        size = len(encoded) if encoded else 0
         if size > MAX_PATCH_BASE64_BYTES:
             reason = (f"the patch for this Pod would be {size} bytes (base64); volcano-injector answers at most "
                       f"{MAX_PATCH_BASE64_BYTES}: split the Pod or remove containers")
             return AdmissionAnswer(Decision.DENIED, False, reason, "spec", (), [])
-        return AdmissionAnswer(result.decision, True, result.reason, field, result.warnings, preview.patch)
+        return AdmissionAnswer(result.decision, True, result.reason, field, result.warnings, preview.patch, encoded)
     if result.decision is Decision.AUDIT_ONLY:
         return AdmissionAnswer(result.decision, True, result.reason, field, (_audit_only_warning(result),), [])
     return AdmissionAnswer(result.decision, True, result.reason, field, (), [])

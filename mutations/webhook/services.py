@@ -107,7 +107,8 @@ def _pod_decide(request: admission.AdmissionRequest) -> tuple[Preview, Admission
 
 def _response(request: admission.AdmissionRequest, answer: AdmissionAnswer) -> JsonObject:
     if answer.allowed:
-        return admission.review_response(request.uid, allowed=True, patch=answer.patch, warnings=answer.warnings)
+        return admission.review_response(request.uid, allowed=True, patch=answer.patch,
+                                         patch_base64=answer.patch_base64, warnings=answer.warnings)
     return admission.review_response(request.uid, allowed=False, code=403, message=answer.reason,
                                      warnings=answer.warnings)
 

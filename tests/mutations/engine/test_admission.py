@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from mutations.engine.admission import review_response
+from mutations.engine.admission import encode_patch, review_response
 
 PATCHES = [
     [{"op": "replace", "path": "/spec/schedulerName", "value": "volcano"}],
@@ -28,3 +28,9 @@ def test_the_patch_is_base64_of_compact_json_that_decodes_to_the_same_operations
 def test_no_patch_means_no_patch_type():
     response = review_response("uid-2", allowed=True, patch=[])["response"]
     assert "patch" not in response and "patchType" not in response
+
+
+def test_a_patch_encoded_beforehand_is_sent_as_it_was_encoded():
+    patch = PATCHES[0]
+    encoded = review_response("uid-3", allowed=True, patch=patch, patch_base64=encode_patch(patch))["response"]
+    assert encoded == review_response("uid-3", allowed=True, patch=patch)["response"]
