@@ -8,6 +8,7 @@ import time
 from django.conf import settings
 
 from injector_site.platform.hot_settings import setting_value
+from injector_site.platform.logging import fields_log
 
 from ..audit import audit_record_submit
 from ..engine import Decision, JsonObject, admission
@@ -137,19 +138,16 @@ def _log(request: admission.AdmissionRequest, preview: Preview | None, decision:
     if not logger.isEnabledFor(logging.INFO):
         return
     result = preview.result if preview else None
-    logger.info(
-        "admission",
-        extra={
-            "request_uid": request.uid,
-            "namespace": request.namespace,
-            "pod": request.name or text_cut(pod_metadata(request).get("generateName")),
-            "user": request.username,
-            "decision": decision.value,
-            "reason": reason,
-            "preset": result.preset if result else None,
-            "dry_run": request.dry_run,
-            "duration_ms": round(duration * 1000, 3),
-        },
-    )
+    fields_log(logger, logging.INFO, "admission", {
+        "request_uid": request.uid,
+        "namespace": request.namespace,
+        "pod": request.name or text_cut(pod_metadata(request).get("generateName")),
+        "user": request.username,
+        "decision": decision.value,
+        "reason": reason,
+        "preset": result.preset if result else None,
+        "dry_run": request.dry_run,
+        "duration_ms": round(duration * 1000, 3),
+    })
     if preview and preview.patch and logger.isEnabledFor(logging.DEBUG):
         logger.debug("admission patch", extra={"request_uid": request.uid, "patch": preview.patch})
