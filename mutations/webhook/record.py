@@ -32,13 +32,18 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
                        field: str, duration: float, caller_verified: bool = False) -> JsonObject:
     """The AdmissionAudit fields for one answered admission (strings and numbers, ready to spool), bounded."""
     metadata = pod_metadata(request)
-    owner_kind, owner_name = _owner(metadata)
-    result = preview.result if preview else None
-    grants = result.grants if result else ()
-    if preview:
-        before, inputs, gpus_requested = _pod_parts(request)
+    fields = _per_request(request, metadata, decision, reason, field, duration, caller_verified)
+    if preview is not None:
+        fields.update(_decided_fields(request, preview))
     else:
-        before, inputs, gpus_requested = [], {}, str(pod_gpus_requested(request.object))
+        fields.update(_UNDECIDED, gpus_requested=str(pod_gpus_requested(request.object)))
+    return fields
+
+
+def _per_request(request: AdmissionRequest, metadata: JsonObject, decision: Decision, reason: str, field: str,
+                 duration: float, caller_verified: bool) -> JsonObject:
+    """The row's fields that are this request's own."""
+    owner_kind, owner_name = _owner(metadata)
     return {
         # Strings, not datetime/Decimal: the row is encoded as a COPY text line on the hot path.
         "created_at": _now_text(),
@@ -54,24 +59,55 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
         "decision": decision.value,
         "reason": reason[:4000],
         "field": field[:256],
+        "dry_run": request.dry_run,
+        "duration_ms": round(duration * 1000, 3),
+        "replica": setting_value("INJECTOR_REPLICA"),
+    }
+
+
+# The decided fields of a row with no decision (a skipped kind or operation, an error).
+_UNDECIDED: JsonObject = {
+    "preset_name": "", "policy_name": "", "source": "", "vgpus_granted": 0, "vgpu_memory_mib": 0, "containers": [],
+    "resources_before": [], "patch": [], "explanation": None, "inputs": {}, "warnings": [], "config_version": 0,
+}
+
+
+# The row's fields that follow from the decision and from the Pod as the engine read it, by the preview
+# they came with: a remembered decision's preview (mutations/webhook/memo.py) is shared by the replicas of
+# one template, whose rows hold these alike; building them again was most of the record's cost
+# (docs/benchmarks.md, "Instructions per admission"). Each entry holds its preview, so no other object
+# takes its id while it is kept. Rows share the values, which nothing changes. Bounded, cleared when full.
+DECIDED_FIELDS_ENTRIES = 256
+_decided_fields_seen: dict[int, tuple[Preview, JsonObject]] = {}
+
+
+def _decided_fields(request: AdmissionRequest, preview: Preview) -> JsonObject:
+    found = _decided_fields_seen.get(id(preview))
+    if found is not None and found[0] is preview:
+        return found[1]
+    result = preview.result
+    grants = result.grants
+    before, inputs, gpus_requested = _pod_parts(request)
+    fields = {
         # A denial names the preset it concerned (the one asked for or chosen), so the preset's page finds it.
-        "preset_name": ((result.preset or (result.explanation or {}).get("preset") or "") if result else "")[:63],
-        "policy_name": result.policy if result else "",
-        "source": ((result.source or "") if result else "")[:128],
+        "preset_name": (result.preset or (result.explanation or {}).get("preset") or "")[:63],
+        "policy_name": result.policy,
+        "source": (result.source or "")[:128],
         "gpus_requested": gpus_requested,
         "vgpus_granted": sum(g.vgpu_number for g in grants),
         "vgpu_memory_mib": sum(g.vgpu_number * (g.vgpu_memory_mib or 0) for g in grants),
         "containers": [g.as_dict() for g in grants],
         "resources_before": json_list_bounded(before),
-        "patch": json_list_bounded(preview.patch) if preview else [],
-        "explanation": result.explanation if result else None,
+        "patch": json_list_bounded(preview.patch),
+        "explanation": result.explanation,
         "inputs": inputs,
-        "warnings": [w[:AUDIT_WARNING_MAX_CHARS] for w in result.warnings[:AUDIT_MAX_WARNINGS]] if result else [],
-        "dry_run": request.dry_run,
-        "config_version": max(preview.config_version, 0) if preview else 0,
-        "duration_ms": round(duration * 1000, 3),
-        "replica": setting_value("INJECTOR_REPLICA"),
+        "warnings": [w[:AUDIT_WARNING_MAX_CHARS] for w in result.warnings[:AUDIT_MAX_WARNINGS]],
+        "config_version": max(preview.config_version, 0),
     }
+    if len(_decided_fields_seen) >= DECIDED_FIELDS_ENTRIES:
+        _decided_fields_seen.clear()
+    _decided_fields_seen[id(preview)] = (preview, fields)
+    return fields
 
 
 _second_text: tuple[int, str] = (-1, "")
