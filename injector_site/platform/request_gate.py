@@ -1,5 +1,9 @@
 """gunicorn's gthread worker, handing its threads only whole requests, each read within a deadline.
 
+Longer than 400 lines because it is one subclass of gthread's ThreadWorker: the main loop's reading, the
+thread's answering and the bookkeeping of incomplete connections (their deadlines, count and buffer budget)
+keep one set of invariants over the same connections, and gunicorn calls them as methods of its worker.
+
 gthread (gunicorn 23) wraps a new connection in TLS and reads its request in a pool thread, on a
 blocking socket with no deadline: a client that sends 6 bytes of a ClientHello, or half a request's
 head, holds that thread for as long as it keeps the socket open. Four such clients held every
