@@ -9,6 +9,7 @@ histograms are summed over the workers; each gauge says how (`multiprocess_mode`
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from typing import Any
@@ -129,25 +130,14 @@ _INDEX = re.compile(r"\[\d+\]")
 
 
 # Each label value computed once per source text or field (a template's admissions repeat them), at most
-# LABELS_REMEMBERED of each, cleared when full: the prefix scan and the regular expressions were a sixth of
+# LABELS_REMEMBERED of each (functools.lru_cache): the prefix scan and the regular expressions were a sixth of
 # an admission's metrics (docs/benchmarks.md, "Instructions per admission").
 LABELS_REMEMBERED = 256
-_size_source_labels: dict[str | None, str] = {}
-_denial_field_labels: dict[str, str] = {}
 
 
+@functools.lru_cache(maxsize=LABELS_REMEMBERED)
 def size_source_label(source: str | None) -> str:
     """The size_source label for an engine result's `source` text."""
-    label = _size_source_labels.get(source)
-    if label is None:
-        label = _size_source_label(source)
-        if len(_size_source_labels) >= LABELS_REMEMBERED:
-            _size_source_labels.clear()
-        _size_source_labels[source] = label
-    return label
-
-
-def _size_source_label(source: str | None) -> str:
     if not source:
         return SOURCE_NONE
     for prefix, label in _SIZE_SOURCES:
@@ -156,16 +146,11 @@ def _size_source_label(source: str | None) -> str:
     return SOURCE_OTHER
 
 
+@functools.lru_cache(maxsize=LABELS_REMEMBERED)
 def denial_field_label(field: str) -> str:
     """The field label for a denial's field: container indexes as [*]; an unknown shape is "other"."""
-    label = _denial_field_labels.get(field)
-    if label is None:
-        shape = _INDEX.sub("[*]", field)
-        label = shape if _FIELD_SHAPE.fullmatch(shape) else FIELD_OTHER
-        if len(_denial_field_labels) >= LABELS_REMEMBERED:
-            _denial_field_labels.clear()
-        _denial_field_labels[field] = label
-    return label
+    shape = _INDEX.sub("[*]", field)
+    return shape if _FIELD_SHAPE.fullmatch(shape) else FIELD_OTHER
 
 
 class _NamespaceLabels:
