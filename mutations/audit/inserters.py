@@ -46,7 +46,13 @@ def copy_rows(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple[str, .
     # one: the uid lookup below must go through the uid index at any size of the day's partition.
     # Before its first ANALYZE (autovacuum may be off, or behind a partition growing all day) the
     # planner guesses 0.5 % of rows per uid, and scanned the whole partition for each batch instead.
-    cursor.execute("SELECT pg_advisory_xact_lock(%s), set_config('enable_seqscan', 'off', true)", [ROLLUP_LOCK_KEY])
+    # jit off, for the same transaction: the uid lookup's cost is estimated from the day's statistics, and
+    # once a partition holds a few hundred thousand rows the estimate passes jit_above_cost (100,000 by
+    # default, with PostgreSQL's JIT on by default where it was built with LLVM), so each batch compiled
+    # its expressions first: about 30 ms of the backend's CPU for a lookup that takes 2.5 ms, 80 µs a row
+    # at 375 rows a batch (docs/benchmarks.md, "The writer's uid lookup and JIT").
+    cursor.execute("SELECT pg_advisory_xact_lock(%s), set_config('enable_seqscan', 'off', true), "
+                   "set_config('jit', 'off', true)", [ROLLUP_LOCK_KEY])
     fresh = _without_replays(cursor, columns, lines)
     if not fresh:
         return 0

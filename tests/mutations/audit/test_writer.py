@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from prometheus_client import REGISTRY
 
 from mutations.audit import (
@@ -453,6 +453,37 @@ def test_batch_with_new_rows_and_a_replayed_one_writes_the_new_ones_once():
         audit_record_submit(record=record(uid))
     assert audit_flush(timeout_seconds=10) == 2
     assert sorted(AdmissionAudit.objects.values_list("request_uid", flat=True)) == ["new-1", "new-2", "seen"]
+
+
+@pytest.mark.django_db(transaction=True)  # the writer's own transaction, not a savepoint in the test's
+def test_the_writers_uid_lookup_is_not_jit_compiled_however_large_the_day_looks():
+    """Once a day's partition holds a few hundred thousand rows, the uid lookup's estimate passes
+    jit_above_cost and PostgreSQL compiled it for every batch (30 ms of CPU for a 2.5 ms lookup). Here every
+    query is made to look expensive enough (jit_above_cost 0): inside the writer's transaction the lookup
+    still runs without JIT, and the session's own setting is back after it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW jit")
+        if cursor.fetchone()[0] != "on" or not _jit_available(cursor):
+            pytest.skip("this PostgreSQL has no JIT to switch off")
+        cursor.execute("SET jit_above_cost = 0")
+        try:
+            lookup = "EXPLAIN (ANALYZE, FORMAT JSON) SELECT request_uid FROM mutations_admissionaudit WHERE request_uid = ANY(%s)"
+            cursor.execute(lookup, [["x"]])
+            assert "JIT" in json.dumps(cursor.fetchone()[0]), "the test's premise: this query would be JIT-compiled"
+            with connection.cursor() as batch, transaction.atomic():
+                line = encoding.row_encode(record("jit-batch"))
+                assert inserters.copy_rows(batch, encoding.COLUMNS, [line]) == 1
+                batch.execute(lookup, [["jit-batch"]])
+                assert "JIT" not in json.dumps(batch.fetchone()[0])
+            cursor.execute("SHOW jit")
+            assert cursor.fetchone()[0] == "on"
+        finally:
+            cursor.execute("RESET jit_above_cost")
+
+
+def _jit_available(cursor) -> bool:
+    cursor.execute("SELECT pg_jit_available()")
+    return bool(cursor.fetchone()[0])
 
 
 @pytest.mark.django_db
