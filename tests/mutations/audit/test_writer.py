@@ -467,7 +467,8 @@ def test_the_writers_uid_lookup_is_not_jit_compiled_however_large_the_day_looks(
             pytest.skip("this PostgreSQL has no JIT to switch off")
         cursor.execute("SET jit_above_cost = 0")
         try:
-            lookup = "EXPLAIN (ANALYZE, FORMAT JSON) SELECT request_uid FROM mutations_admissionaudit WHERE request_uid = ANY(%s)"
+            lookup = ("EXPLAIN (ANALYZE, FORMAT JSON) SELECT request_uid FROM mutations_admissionaudit "
+                      "WHERE request_uid = ANY(%s)")
             cursor.execute(lookup, [["x"]])
             assert "JIT" in json.dumps(cursor.fetchone()[0]), "the test's premise: this query would be JIT-compiled"
             with connection.cursor() as batch, transaction.atomic():
