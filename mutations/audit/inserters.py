@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -77,40 +78,97 @@ def _without_replays(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple
         return lines
     uid_at, time_at = key
     split_at = max(uid_at, time_at) + 1  # the row's first columns: the rest of the line is not split
-    parsed: list[tuple[bytes, str, datetime | None]] = []
+    # The uid and time fields as they stand in the lines (COPY text): a line's text is decoded, and its
+    # time parsed, only where it matters (below); decoding and parsing every line was most of the writer's
+    # CPU per row (docs/benchmarks.md, "The writer's replay check").
+    raw: list[tuple[bytes, bytes] | None] = []
     for line in lines:
-        fields = line.rstrip(b"\n").split(b"\t", split_at)
-        try:
-            uid = copy_text_value(fields[uid_at])
-            moment = datetime.fromisoformat(copy_text_value(fields[time_at]))
-        except (IndexError, ValueError):
-            parsed.append((line, "", None))  # not a row the table takes: COPY refuses it, the fallback sets it aside
-            continue
-        parsed.append((line, uid, moment if moment.tzinfo else moment.replace(tzinfo=UTC)))
-    times = [moment for _, _, moment in parsed if moment is not None]
-    if not times:
+        fields = line.split(b"\t", split_at)
+        raw.append((fields[uid_at], fields[time_at]) if len(fields) > split_at else None)
+    window = _batch_window(raw)
+    if window is None:
         return lines
-    seen: dict[str, list[datetime]] = {}
+    seen: dict[str, list[datetime | bytes]] = {}  # a uid's times, as written (bytes) until compared
     # Each partition of the window by the uid alone, through its uid index; the window is checked
     # below. A condition on created_at would let the planner AND the time index in (it did when the
     # day's statistics lagged behind it), reading every row of the window for each batch: PostgreSQL's
     # CPU per row then grows with the day's rows (docs/audit-write-path.md, "Replays").
-    partitions = audit_partitions_covering(cursor, min(times) - AUDIT_REPLAY_WINDOW, max(times) + AUDIT_REPLAY_WINDOW)
+    partitions = audit_partitions_covering(cursor, window[0] - AUDIT_REPLAY_WINDOW, window[1] + AUDIT_REPLAY_WINDOW)
+    uids = _uid_texts(raw)
     if partitions:
-        # One parameter named in each part: the uid array is sent once.
-        lookup = 'SELECT request_uid, created_at FROM "{}" WHERE request_uid = ANY(%(uids)s)'
+        # One parameter named in each part: the uids are sent once, as one text of lines (a uid's COPY text
+        # holds no newline; a uid that does is written unchecked), which costs the client far less to send than
+        # an array parameter (psycopg dumps a list item by item in Python).
+        lookup = ('SELECT request_uid, created_at FROM "{}" '
+                  "WHERE request_uid = ANY(regexp_split_to_array(%(uids)s, E'\\n'))")
         cursor.execute(" UNION ALL ".join(lookup.format(name) for name in partitions),
-                       {"uids": sorted({uid for _, uid, moment in parsed if moment is not None})})
+                       {"uids": "\n".join(sorted(set(uids.values())))})
         for uid, written_at in cursor.fetchall():
             seen.setdefault(uid, []).append(written_at)
     fresh = []
-    for line, uid, at in parsed:
-        if at is not None:
-            if any(abs(at - other) <= AUDIT_REPLAY_WINDOW for other in seen.get(uid, ())):
-                continue  # a replay
-            seen.setdefault(uid, []).append(at)
+    for line, parts in zip(lines, raw, strict=True):
+        uid = uids.get(parts[0]) if parts is not None else None
+        if uid is None or parts is None:
+            fresh.append(line)  # not a row the table takes: COPY refuses it, the fallback sets it aside
+            continue
+        earlier = seen.get(uid)
+        if earlier is None:
+            seen[uid] = [parts[1]]  # parsed only if the uid comes again
+            fresh.append(line)
+            continue
+        at = _time_value(parts[1])
+        if at is None:
+            fresh.append(line)
+            continue
+        times = [moment for moment in (_time_value(t) if isinstance(t, bytes) else t for t in earlier)
+                 if moment is not None]
+        if any(abs(at - other) <= AUDIT_REPLAY_WINDOW for other in times):
+            continue  # a replay
+        seen[uid] = [*times, at]
         fresh.append(line)
     return fresh
+
+
+def _time_value(raw: bytes) -> datetime | None:
+    """A COPY time field as an aware datetime (UTC when it names no zone); None when it is not one."""
+    try:
+        moment = datetime.fromisoformat(copy_text_value(raw))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+# The time text the record builder writes (mutations/webhook/record.py `_now_text`): 2026-12-05T04:28:44.507327+00:00.
+# Texts all of this form order as their times do, so the batch's first and last are found without parsing them.
+_BUILDER_TIME = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00")
+
+
+def _batch_window(raw: list[tuple[bytes, bytes] | None]) -> tuple[datetime, datetime] | None:
+    """The earliest and latest time of the batch's rows (None: no line holds one)."""
+    stamps = [fields[1] for fields in raw if fields is not None]
+    if stamps and all(map(_BUILDER_TIME.fullmatch, stamps)):
+        first, last = _time_value(min(stamps)), _time_value(max(stamps))
+        assert first is not None and last is not None  # the pattern is ISO 8601
+        return first, last
+    times = [moment for moment in map(_time_value, stamps) if moment is not None]
+    return (min(times), max(times)) if times else None
+
+
+def _uid_texts(raw: list[tuple[bytes, bytes] | None]) -> dict[bytes, str]:
+    """Each line's uid field to the uid's text, for the lines whose uid and time are readable."""
+    texts: dict[bytes, str] = {}
+    for fields in raw:
+        if fields is None or fields[0] in texts:
+            continue
+        field, stamp = fields
+        try:
+            text = copy_text_value(field)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if "\n" in text or not _BUILDER_TIME.fullmatch(stamp) and _time_value(stamp) is None:
+            continue
+        texts[field] = text
+    return texts
 
 
 def _is_data_error(exc: BaseException) -> bool:

@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -136,6 +136,26 @@ def test_replayed_uid_in_one_batch_and_across_batches_keeps_one_row():
     audit_record_submit(record=record("uid-replayed"))
     assert audit_flush(timeout_seconds=10) == 0
     assert AdmissionAudit.objects.filter(request_uid="uid-replayed").count() == 1
+
+
+@pytest.mark.django_db
+def test_replays_are_found_whatever_form_the_rows_time_and_uid_take():
+    """The writer reads a batch's times without parsing them when they are all the record builder's form; a
+    batch with other forms (an earlier version's segment, another zone, no zone) and uids that COPY escapes
+    finds its replays as well, within the window and not beyond it."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    odd_uids = ["tab\there", "back\\slash", "", "plain"]
+    for uid in odd_uids:
+        audit_record_submit(record=record(request_uid=uid, created_at=now))
+    assert audit_flush(timeout_seconds=10) == 4
+    # the same admissions again, their times written otherwise: a zone of +02:00, no zone (UTC), no fraction
+    audit_record_submit(record=record("tab\there", created_at=(now + timedelta(minutes=5)).astimezone(
+        timezone(timedelta(hours=2)))))
+    audit_record_submit(record=record("back\\slash", created_at=(now + timedelta(minutes=9)).replace(tzinfo=None)))
+    audit_record_submit(record=record(request_uid="", created_at=now - timedelta(minutes=3)))
+    audit_record_submit(record=record("plain", created_at=now + timedelta(minutes=11)))  # beyond the window
+    assert audit_flush(timeout_seconds=10) == 1
+    assert sorted(AdmissionAudit.objects.values_list("request_uid", flat=True)) == sorted(odd_uids + ["plain"])
 
 
 @pytest.mark.django_db
@@ -529,3 +549,22 @@ def test_detail_columns_are_encoded_compressed_and_decode_back():
     assert field.startswith(b"\\\\x") and b"applied-preset" not in field
     decoded = encoding.row_decode(encoding.COLUMNS, line)
     assert (decoded["patch"], decoded["warnings"]) == (row["patch"], row["warnings"])
+
+
+def test_a_value_shared_by_rows_and_a_new_value_each_encode_as_their_own_json():
+    """Rows of one remembered decision share their values, whose text is remembered by identity: it must be
+    the text of the value it was made from, never of another value that came later."""
+    shared_patch = [{"op": "add", "path": "/spec/schedulerName", "value": "volcano"}]
+    at = "2026-12-05T00:00:00.000001+00:00"
+    first = encoding.row_encode(record("one", patch=shared_patch, created_at=at))
+    second = encoding.row_encode(record("one", patch=shared_patch, created_at=at))
+    fresh = encoding.row_encode(record("one", patch=[dict(shared_patch[0])], created_at=at))
+    assert first == second == fresh
+    column = encoding.COLUMNS.index("patch")
+    for n in range(3 * encoding.IDENTITY_ENTRIES):  # new lists, each dropped after its row (ids get reused)
+        patch = [{"op": "add", "path": "/spec/priorityClassName", "value": f"class-{n}"}]
+        line = encoding.row_encode(record("many", patch=patch))
+        assert encoding.row_decode(encoding.COLUMNS, line)["patch"] == patch, n
+        del patch
+    again = encoding.row_encode(record("one", patch=shared_patch, created_at=at))
+    assert again.split(b"\t")[column] == first.split(b"\t")[column]
