@@ -220,26 +220,50 @@ def _column_encoder(column: Column) -> Callable[[object], str]:
         return _by_identity(_compressed_encoder(column))
     if column.kind == "json":
         return _by_identity(lambda value: field_text(column, value))
+    if column.kind == "bool":
+        return lambda value: "\\N" if value is None else "t" if value else "f"
     return lambda value: field_text(column, value)
 
-
-_ENCODERS = tuple((c.name, c.default, _column_encoder(c)) for c in TABLE_COLUMNS)
 
 # row_encode is on the request path of every audited admission, and a Python call per column was most of
 # its cost (per admission, counted with scripts/bench-instructions: docs/benchmarks.md). The text and value
 # columns, when they hold what an audit row usually holds (str, int, float within the column's limit, no
 # character COPY escapes), are written by C-level calls over all of them at once; anything else, and the
 # other columns, by their column's encoder, as field_text would.
-_PLAIN = tuple(c for c in TABLE_COLUMNS if c.kind in ("text", "value"))
-_PLAIN_NAMES = tuple(c.name for c in _PLAIN)
-_PLAIN_DEFAULTS = tuple(c.default for c in _PLAIN)
-_PLAIN_LIMITS = tuple(c.limit if c.kind == "text" and c.limit is not None else sys.maxsize for c in _PLAIN)
 _PLAIN_TYPES = frozenset({str, int, float})
-_OTHER = tuple((c.name, c.default, _column_encoder(c)) for c in TABLE_COLUMNS if c.kind not in ("text", "value"))
-# The plain columns' fields, then the others', put back in the table's order.
-_IN_TABLE_ORDER = operator.itemgetter(*(
-    [c.name for c in _PLAIN + tuple(c for c in TABLE_COLUMNS if c not in _PLAIN)].index(column.name)
-    for column in TABLE_COLUMNS))
+
+
+class _Plan:
+    """How to encode some of the table's columns: the plain ones at once, the others one by one."""
+
+    def __init__(self, columns: tuple[Column, ...]) -> None:
+        plain = tuple(c for c in columns if c.kind in ("text", "value"))
+        self.columns = plain + tuple(c for c in columns if c not in plain)  # the order `fields` gives them in
+        self.plain_names = tuple(c.name for c in plain)
+        self.plain_defaults = tuple(c.default for c in plain)
+        self.plain_limits = tuple(c.limit if c.kind == "text" and c.limit is not None else sys.maxsize for c in plain)
+        self.others = tuple((c.name, c.default, _column_encoder(c)) for c in self.columns[len(plain):])
+        self.encoders = tuple((c.name, c.default, _column_encoder(c)) for c in self.columns)
+
+    def fields(self, record: AuditRecord) -> list[str]:
+        """The columns' texts, in self.columns' order."""
+        get = record.get
+        values = list(map(get, self.plain_names, self.plain_defaults))
+        if _PLAIN_TYPES.issuperset(map(type, values)):
+            plain = list(map(str, values))
+            if not (any(map(operator.gt, map(len, plain), self.plain_limits)) or _copy_special_in("".join(plain))):
+                return plain + [encode(get(name, default)) for name, default, encode in self.others]
+        return [encode(get(name, default)) for name, default, encode in self.encoders]
+
+
+def _in_table_order(columns: tuple[Column, ...]) -> Callable[[list[str]], tuple[str, ...]]:
+    """Fields given in `columns`' order (all of the table's), put in the table's order."""
+    names = [c.name for c in columns]
+    return operator.itemgetter(*(names.index(column.name) for column in TABLE_COLUMNS))
+
+
+_ALL = _Plan(TABLE_COLUMNS)
+_ALL_IN_TABLE_ORDER = _in_table_order(_ALL.columns)
 
 
 def row_encode(record: AuditRecord) -> bytes:
@@ -248,19 +272,54 @@ def row_encode(record: AuditRecord) -> bytes:
     A field missing from the record takes the model field's default. Lone surrogates (legal in
     Python strings parsed from JSON, not in UTF-8) become "?". Each field is field_text's. A list or dict
     value must not change after it is given here: its text is remembered by its identity (_by_identity).
+    A SharedFieldsRecord's shared fields are encoded once for every row that shares them.
     """
-    get = record.get
-    values = list(map(get, _PLAIN_NAMES, _PLAIN_DEFAULTS))
-    plain: list[str] | None = None
-    if _PLAIN_TYPES.issuperset(map(type, values)):
-        plain = list(map(str, values))
-        if any(map(operator.gt, map(len, plain), _PLAIN_LIMITS)) or _copy_special_in("".join(plain)):
-            plain = None
-    if plain is None:
-        return ("\t".join([encode(get(name, default)) for name, default, encode in _ENCODERS]) + "\n").encode(
-            "utf-8", "replace")
-    fields = plain + [encode(get(name, default)) for name, default, encode in _OTHER]
-    return ("\t".join(_IN_TABLE_ORDER(fields)) + "\n").encode("utf-8", "replace")
+    shared = getattr(record, "shared", None)
+    if shared is not None:
+        own, shared_texts, order = _shared_layout(shared)
+        fields = own.fields(record) + shared_texts
+        return ("\t".join(order(fields)) + "\n").encode("utf-8", "replace")
+    return ("\t".join(_ALL_IN_TABLE_ORDER(_ALL.fields(record))) + "\n").encode("utf-8", "replace")
+
+
+class SharedFieldsRecord(dict[str, Any]):
+    """An audit record some of whose fields are those of `shared`, a dict that other rows share unchanged
+    (the fields that follow from a remembered decision: mutations/webhook/record.py). row_encode encodes
+    `shared` once, by its identity, for all of them; the record must hold shared's values for its keys."""
+
+    __slots__ = ("shared",)
+
+    def __init__(self, own: AuditRecord, shared: AuditRecord) -> None:
+        super().__init__(own)
+        self.update(shared)
+        self.shared = shared
+
+
+# By the identity of a shared dict: the plan for the other columns, the shared columns' texts, and the order
+# that puts both back in the table's. Each entry holds its dict (no other takes its id while it is kept).
+# Bounded, cleared when full. Plans by the set of shared names: a few, made once.
+SHARED_ENTRIES = 256
+_Layout: TypeAlias = tuple[_Plan, list[str], Callable[[list[str]], tuple[str, ...]]]
+_shared_seen: dict[int, tuple[AuditRecord, _Layout]] = {}
+_plans: dict[frozenset[str], tuple[_Plan, _Plan, Callable[[list[str]], tuple[str, ...]]]] = {}
+
+
+def _shared_layout(shared: AuditRecord) -> _Layout:
+    found = _shared_seen.get(id(shared))
+    if found is not None and found[0] is shared:
+        return found[1]
+    names = frozenset(shared) & frozenset(COLUMNS)
+    plans = _plans.get(names)
+    if plans is None:
+        own = _Plan(tuple(c for c in TABLE_COLUMNS if c.name not in names))
+        common = _Plan(tuple(c for c in TABLE_COLUMNS if c.name in names))
+        plans = _plans[names] = (own, common, _in_table_order(own.columns + common.columns))
+    own, common, order = plans
+    layout = (own, common.fields(shared), order)
+    if len(_shared_seen) >= SHARED_ENTRIES:
+        _shared_seen.clear()
+    _shared_seen[id(shared)] = (shared, layout)
+    return layout
 
 
 def copy_text_value(raw: bytes) -> str:

@@ -9,6 +9,7 @@ import orjson
 
 from injector_site.platform.hot_settings import setting_value
 
+from ..audit.encoding import SharedFieldsRecord
 from ..engine import (
     AdmissionRequest,
     Decision,
@@ -34,9 +35,9 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
     metadata = pod_metadata(request)
     fields = _per_request(request, metadata, decision, reason, field, duration, caller_verified)
     if preview is not None:
-        fields.update(_decided_fields(request, preview))
-    else:
-        fields.update(_UNDECIDED, gpus_requested=str(pod_gpus_requested(request.object)))
+        # the decided fields are shared by every row of the remembered decision: encoded once for all of them
+        return SharedFieldsRecord(fields, _decided_fields(request, preview))
+    fields.update(_UNDECIDED, gpus_requested=str(pod_gpus_requested(request.object)))
     return fields
 
 

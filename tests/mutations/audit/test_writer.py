@@ -568,3 +568,27 @@ def test_a_value_shared_by_rows_and_a_new_value_each_encode_as_their_own_json():
         del patch
     again = encoding.row_encode(record("one", patch=shared_patch, created_at=at))
     assert again.split(b"\t")[column] == first.split(b"\t")[column]
+
+
+def test_a_row_with_shared_decided_fields_is_the_same_line_as_the_plain_record():
+    """Rows of one remembered decision share their decided fields, encoded once for all of them: each line must
+    be byte for byte the line of the same record as a plain dict, whatever the row's own fields hold."""
+    base = record("shared-0")
+    decided = {name: base[name] for name in ("preset_name", "policy_name", "source", "gpus_requested",
+                                             "vgpus_granted", "vgpu_memory_mib", "containers", "patch",
+                                             "explanation", "inputs", "warnings", "config_version")}
+    decided["source"] = "serving command:\tvllm\\serve"  # a shared text COPY escapes
+    owns = [
+        {k: v for k, v in record(f"shared-{n}").items() if k not in decided} for n in range(3)
+    ]
+    owns[1]["reason"] = "a reason with a\ttab and a\nnewline"
+    owns[2]["username"] = "ü" * 300  # past its column's 256 characters, and not ASCII
+    for own in owns * 2:
+        shared_line = encoding.row_encode(encoding.SharedFieldsRecord(own, decided))
+        assert shared_line == encoding.row_encode({**own, **decided})
+    for n in range(3 * encoding.SHARED_ENTRIES):  # new shared dicts, each dropped after its row (ids get reused)
+        other = {**decided, "vgpu_memory_mib": n, "warnings": [f"warning {n}"]}
+        line = encoding.row_encode(encoding.SharedFieldsRecord(owns[0], other))
+        decoded = encoding.row_decode(encoding.COLUMNS, line)
+        assert (decoded["vgpu_memory_mib"], decoded["warnings"]) == (str(n), [f"warning {n}"])
+        del other
