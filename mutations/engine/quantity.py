@@ -5,6 +5,7 @@ followed by a binary suffix (Ki..Ei), a decimal suffix (n, u, m, "", k, M, G, T,
 decimal exponent (e3, E-2). JSON numbers are accepted too, as the API server accepts them.
 """
 
+import functools
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -23,22 +24,17 @@ class QuantityError(ValueError):
     """A value that is not a Kubernetes quantity."""
 
 
-# Quantity strings parsed so far: a cluster's Pods spell their resources a few ways ("1", "16Gi", "500m").
-# Bounded; cleared when full. Decimals are immutable, so the same one can be given to every caller.
-_PARSED_ENTRIES = 4096
-_PARSED: dict[str, Decimal] = {}
-
-
 def parse_quantity(value: object) -> Decimal:
     """Return the exact value of a quantity string or JSON number; raise QuantityError if it is none."""
     if type(value) is str:
-        found = _PARSED.get(value)
-        if found is None:
-            found = _parse(value)
-            if len(_PARSED) >= _PARSED_ENTRIES:
-                _PARSED.clear()
-            _PARSED[value] = found
-        return found
+        return _parse_text(value)
+    return _parse(value)
+
+
+# Quantity strings parsed so far: a cluster's Pods spell their resources a few ways ("1", "16Gi", "500m").
+# Decimals are immutable, so the same one can be given to every caller; a refused text raises each time.
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
     return _parse(value)
 
 
