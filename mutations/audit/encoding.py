@@ -285,14 +285,19 @@ def row_encode(record: AuditRecord) -> bytes:
 class SharedFieldsRecord(dict[str, Any]):
     """An audit record some of whose fields are those of `shared`, a dict that other rows share unchanged
     (the fields that follow from a remembered decision: mutations/webhook/record.py). row_encode encodes
-    `shared` once, by its identity, for all of them; the record must hold shared's values for its keys."""
+    `shared` once, by its identity, for all of them; the record must hold shared's values for its keys.
+    Made by shared_fields_record."""
 
     __slots__ = ("shared",)
+    shared: AuditRecord
 
-    def __init__(self, own: AuditRecord, shared: AuditRecord) -> None:
-        super().__init__(own)
-        self.update(shared)
-        self.shared = shared
+
+def shared_fields_record(own: AuditRecord, shared: AuditRecord) -> SharedFieldsRecord:
+    """`own`'s fields and `shared`'s (shared's win), encoded as a SharedFieldsRecord."""
+    record = SharedFieldsRecord(own)  # dict's own constructor: no Python __init__ on the request path
+    record.update(shared)
+    record.shared = shared
+    return record
 
 
 # By the identity of a shared dict: the plan for the other columns, the shared columns' texts, and the order

@@ -9,7 +9,7 @@ import orjson
 
 from injector_site.platform.hot_settings import setting_value
 
-from ..audit.encoding import SharedFieldsRecord
+from ..audit.encoding import shared_fields_record
 from ..engine import (
     AdmissionRequest,
     Decision,
@@ -36,7 +36,7 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
     fields = _per_request(request, metadata, decision, reason, field, duration, caller_verified)
     if preview is not None:
         # the decided fields are shared by every row of the remembered decision: encoded once for all of them
-        return SharedFieldsRecord(fields, _decided_fields(request, preview))
+        return shared_fields_record(fields, _decided_fields(request, preview))
     fields.update(_UNDECIDED, gpus_requested=str(pod_gpus_requested(request.object)))
     return fields
 
@@ -224,14 +224,21 @@ def pod_metadata(request: AdmissionRequest) -> JsonObject:
 
 
 def _owner(metadata: JsonObject) -> tuple[str, str]:
+    """The controller's kind and name (else the first owner's), cut to their columns."""
     owners = metadata.get("ownerReferences")
     if not isinstance(owners, list):
         return "", ""
-    owners = [o for o in owners if isinstance(o, dict)]
-    controller = next((o for o in owners if o.get("controller") is True), owners[0] if owners else None)
-    if not controller:
+    chosen = None
+    for owner in owners:  # a loop, not a comprehension and next(): a tenth of the record's cost before
+        if isinstance(owner, dict):
+            if owner.get("controller") is True:
+                chosen = owner
+                break
+            if chosen is None:
+                chosen = owner
+    if not chosen:
         return "", ""
-    return text_cut(controller.get("kind"))[:63], text_cut(controller.get("name"))
+    return text_cut(chosen.get("kind"))[:63], text_cut(chosen.get("name"))
 
 
 def text_cut(value: object) -> str:

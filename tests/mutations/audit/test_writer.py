@@ -584,11 +584,11 @@ def test_a_row_with_shared_decided_fields_is_the_same_line_as_the_plain_record()
     owns[1]["reason"] = "a reason with a\ttab and a\nnewline"
     owns[2]["username"] = "ü" * 300  # past its column's 256 characters, and not ASCII
     for own in owns * 2:
-        shared_line = encoding.row_encode(encoding.SharedFieldsRecord(own, decided))
+        shared_line = encoding.row_encode(encoding.shared_fields_record(own, decided))
         assert shared_line == encoding.row_encode({**own, **decided})
     for n in range(3 * encoding.SHARED_ENTRIES):  # new shared dicts, each dropped after its row (ids get reused)
         other = {**decided, "vgpu_memory_mib": n, "warnings": [f"warning {n}"]}
-        line = encoding.row_encode(encoding.SharedFieldsRecord(owns[0], other))
+        line = encoding.row_encode(encoding.shared_fields_record(owns[0], other))
         decoded = encoding.row_decode(encoding.COLUMNS, line)
         assert (decoded["vgpu_memory_mib"], decoded["warnings"]) == (str(n), [f"warning {n}"])
         del other

@@ -105,6 +105,21 @@ def test_body_that_is_not_an_admission_review_is_a_400(post_review, body, words)
     assert AdmissionAudit.objects.count() == 0
 
 
+@pytest.mark.parametrize("owners, expected", [
+    ([{"kind": "Workload", "name": "w"}, {"kind": "ReplicaSet", "name": "rs", "controller": True}],
+     ("ReplicaSet", "rs")),
+    (["not an owner", {"kind": "Job", "name": "first"}, {"kind": "Other", "name": "second"}], ("Job", "first")),
+    ([{"kind": "K" * 80, "name": "n" * 300, "controller": True}], ("K" * 63, "n" * 253)),
+    ([], ("", "")),
+], ids=["the-controller", "else-the-first", "cut-to-the-columns", "none"])
+def test_a_rows_owner_is_the_pods_controller_else_its_first_owner(post_review, owners, expected):
+    pod = pods.vllm_deployment_pod(model=None)
+    pod["metadata"]["ownerReferences"] = owners
+    answer(post_review(pods.review(pod)))
+    row = AdmissionAudit.objects.get()
+    assert (row.owner_kind, row.owner_name) == expected
+
+
 def test_wrong_content_type_is_refused(post_review):
     response = post_review("uid=1", content_type="application/x-www-form-urlencoded")
     assert response.status_code == 415
