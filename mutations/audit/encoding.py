@@ -185,41 +185,14 @@ def _compressed_encoder(column: Column) -> Callable[[object], str]:
     return encode
 
 
-# The text of a JSON or compressed column's list or dict value, by the value's identity: the rows of one
-# remembered decision share their decided fields' values (mutations/webhook/record.py), so a Deployment's
-# replicas hand row_encode the same objects row after row, and encoding them again (orjson, then the
-# compression memo's lookup by the JSON's bytes) was most of a row's encoding (docs/benchmarks.md,
-# "Instructions per admission"). Each entry holds its value, so no other object takes its id while it is
-# kept. The contract this needs, which every record's builder keeps: a value handed to row_encode is not
-# changed afterwards. Bounded, cleared when full; the text is the same either way.
-IDENTITY_ENTRIES = 1024
-
-
-def _by_identity(encode: Callable[[object], str]) -> Callable[[object], str]:
-    seen: dict[int, tuple[object, str]] = {}
-
-    def encode_seen(value: object) -> str:
-        found = seen.get(id(value))
-        if found is not None and found[0] is value:
-            return found[1]
-        text = encode(value)
-        if isinstance(value, (list, dict)):
-            if len(seen) >= IDENTITY_ENTRIES:
-                seen.clear()
-            seen[id(value)] = (value, text)
-        return text
-
-    return encode_seen
-
-
 def _column_encoder(column: Column) -> Callable[[object], str]:
     """field_text for one column, with the column's kind decided once (row_encode is on the request path)."""
     if column.kind == "text":
         return _text_encoder(column.limit)
     if column.kind == "compressed":
-        return _by_identity(_compressed_encoder(column))
+        return _compressed_encoder(column)
     if column.kind == "json":
-        return _by_identity(lambda value: field_text(column, value))
+        return lambda value: field_text(column, value)
     if column.kind == "bool":
         return lambda value: "\\N" if value is None else "t" if value else "f"
     return lambda value: field_text(column, value)
@@ -270,9 +243,9 @@ def row_encode(record: AuditRecord) -> bytes:
     """One COPY text line for HEADER's columns: strings cut to their column, no NUL, valid UTF-8.
 
     A field missing from the record takes the model field's default. Lone surrogates (legal in
-    Python strings parsed from JSON, not in UTF-8) become "?". Each field is field_text's. A list or dict
-    value must not change after it is given here: its text is remembered by its identity (_by_identity).
-    A SharedFieldsRecord's shared fields are encoded once for every row that shares them.
+    Python strings parsed from JSON, not in UTF-8) become "?". Each field is field_text's. A
+    SharedFieldsRecord's shared fields are encoded once for every row that shares them: a shared dict and its
+    values must not change after it is given here, since its texts are remembered by its identity.
     """
     shared = getattr(record, "shared", None)
     if shared is not None:

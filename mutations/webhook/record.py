@@ -37,8 +37,8 @@ def audit_record_build(*, request: AdmissionRequest, preview: Preview | None, de
     if preview is not None:
         # the decided fields are shared by every row of the remembered decision: encoded once for all of them
         return shared_fields_record(fields, _decided_fields(request, preview))
-    fields.update(_UNDECIDED, gpus_requested=str(pod_gpus_requested(request.object)))
-    return fields
+    fields["gpus_requested"] = str(pod_gpus_requested(request.object))
+    return shared_fields_record(fields, _UNDECIDED)
 
 
 def _per_request(request: AdmissionRequest, metadata: JsonObject, decision: Decision, reason: str, field: str,
@@ -66,7 +66,7 @@ def _per_request(request: AdmissionRequest, metadata: JsonObject, decision: Deci
     }
 
 
-# The decided fields of a row with no decision (a skipped kind or operation, an error).
+# The decided fields of a row with no decision (a skipped kind or operation, an error), shared by all such rows.
 _UNDECIDED: JsonObject = {
     "preset_name": "", "policy_name": "", "source": "", "vgpus_granted": 0, "vgpu_memory_mib": 0, "containers": [],
     "resources_before": [], "patch": [], "explanation": None, "inputs": {}, "warnings": [], "config_version": 0,

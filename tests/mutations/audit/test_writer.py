@@ -552,8 +552,8 @@ def test_detail_columns_are_encoded_compressed_and_decode_back():
 
 
 def test_a_value_shared_by_rows_and_a_new_value_each_encode_as_their_own_json():
-    """Rows of one remembered decision share their values, whose text is remembered by identity: it must be
-    the text of the value it was made from, never of another value that came later."""
+    """Rows of one remembered decision share their values: a value's text must be the text of the value it was
+    made from, never of another value that came later and took its place (or its id) in memory."""
     shared_patch = [{"op": "add", "path": "/spec/schedulerName", "value": "volcano"}]
     at = "2026-12-05T00:00:00.000001+00:00"
     first = encoding.row_encode(record("one", patch=shared_patch, created_at=at))
@@ -561,7 +561,7 @@ def test_a_value_shared_by_rows_and_a_new_value_each_encode_as_their_own_json():
     fresh = encoding.row_encode(record("one", patch=[dict(shared_patch[0])], created_at=at))
     assert first == second == fresh
     column = encoding.COLUMNS.index("patch")
-    for n in range(3 * encoding.IDENTITY_ENTRIES):  # new lists, each dropped after its row (ids get reused)
+    for n in range(3000):  # new lists, each dropped after its row (ids get reused)
         patch = [{"op": "add", "path": "/spec/priorityClassName", "value": f"class-{n}"}]
         line = encoding.row_encode(record("many", patch=patch))
         assert encoding.row_decode(encoding.COLUMNS, line)["patch"] == patch, n
