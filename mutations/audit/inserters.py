@@ -88,13 +88,14 @@ def _without_replays(cursor: psycopg.Cursor[Any] | CursorWrapper, columns: tuple
     window = _batch_window(raw)
     if window is None:
         return lines
+    first, last, builder_times = window
     seen: dict[str, list[datetime | bytes]] = {}  # a uid's times, as written (bytes) until compared
     # Each partition of the window by the uid alone, through its uid index; the window is checked
     # below. A condition on created_at would let the planner AND the time index in (it did when the
     # day's statistics lagged behind it), reading every row of the window for each batch: PostgreSQL's
     # CPU per row then grows with the day's rows (docs/audit-write-path.md, "Replays").
-    partitions = audit_partitions_covering(cursor, window[0] - AUDIT_REPLAY_WINDOW, window[1] + AUDIT_REPLAY_WINDOW)
-    uids = _uid_texts(raw)
+    partitions = audit_partitions_covering(cursor, first - AUDIT_REPLAY_WINDOW, last + AUDIT_REPLAY_WINDOW)
+    uids = _uid_texts(raw, builder_times)
     if partitions:
         # One parameter named in each part: the uids are sent once, as one text of lines (a uid's COPY text
         # holds no newline; a uid that does is written unchecked), which costs the client far less to send than
@@ -143,19 +144,21 @@ def _time_value(raw: bytes) -> datetime | None:
 _BUILDER_TIME = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00")
 
 
-def _batch_window(raw: list[tuple[bytes, bytes] | None]) -> tuple[datetime, datetime] | None:
-    """The earliest and latest time of the batch's rows (None: no line holds one)."""
+def _batch_window(raw: list[tuple[bytes, bytes] | None]) -> tuple[datetime, datetime, bool] | None:
+    """The earliest and latest time of the batch's rows, and whether every time is in the builder's form
+    (_BUILDER_TIME: then each is readable); None: no line holds a time."""
     stamps = [fields[1] for fields in raw if fields is not None]
     if stamps and all(map(_BUILDER_TIME.fullmatch, stamps)):
         first, last = _time_value(min(stamps)), _time_value(max(stamps))
         assert first is not None and last is not None  # the pattern is ISO 8601
-        return first, last
+        return first, last, True
     times = [moment for moment in map(_time_value, stamps) if moment is not None]
-    return (min(times), max(times)) if times else None
+    return (min(times), max(times), False) if times else None
 
 
-def _uid_texts(raw: list[tuple[bytes, bytes] | None]) -> dict[bytes, str]:
-    """Each line's uid field to the uid's text, for the lines whose uid and time are readable."""
+def _uid_texts(raw: list[tuple[bytes, bytes] | None], builder_times: bool) -> dict[bytes, str]:
+    """Each line's uid field to the uid's text, for the lines whose uid and time are readable.
+    `builder_times`: every time is known to be in the builder's form (_batch_window), so none is read again."""
     texts: dict[bytes, str] = {}
     for fields in raw:
         if fields is None or fields[0] in texts:
@@ -165,7 +168,7 @@ def _uid_texts(raw: list[tuple[bytes, bytes] | None]) -> dict[bytes, str]:
             text = copy_text_value(field)
         except (ValueError, UnicodeDecodeError):
             continue
-        if "\n" in text or not _BUILDER_TIME.fullmatch(stamp) and _time_value(stamp) is None:
+        if "\n" in text or not builder_times and _time_value(stamp) is None:
             continue
         texts[field] = text
     return texts
