@@ -137,6 +137,10 @@ class Server(GunicornProcess):
         return super().stop(timeout_seconds=60)  # SIGTERM: workers write what they spooled
 
 
+# The targets for audited /mutate: issue 6 set a ratio of 0.75 and a p99 under 20 ms; issue 36 raised the ratio to 0.8.
+RATIO_TARGET = 0.8
+P99_TARGET_MS = 20
+
 WRK_REQUESTS = re.compile(r"(\d+) requests in ([\d.]+)(\w+)")
 WRK_NON_2XX = re.compile(r"Non-2xx or 3xx responses: (\d+)")
 WRK_ERRORS = re.compile(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)")
@@ -270,12 +274,13 @@ def main() -> int:
         paired = [a["rps"] / b["rps"]
                   for a, b in zip(results[(scheme, True)], results[(scheme, False)], strict=True)]
         ratio = statistics.median(paired)
-        verdict = "ok" if ratio >= 0.75 and on[1] < 20 else "BELOW TARGET"
+        verdict = "ok" if ratio >= RATIO_TARGET and on[1] < P99_TARGET_MS else "BELOW TARGET"
         rounds_p99 = {audit: ", ".join(f"{r['p99_ms']:.1f}" for r in results[(scheme, audit)])
                       for audit in (True, False)}
         print(f"{scheme}: audited/unaudited throughput ratio {ratio:.2f} (median of the rounds' ratios "
-              f"{', '.join(f'{r:.2f}' for r in paired)}; target >= 0.75), audited p99 {on[1]:.2f} ms "
-              f"(rounds {rounds_p99[True]}; off: {off[1]:.2f} ms, rounds {rounds_p99[False]}; target < 20 ms): "
+              f"{', '.join(f'{r:.2f}' for r in paired)}; target >= {RATIO_TARGET}), audited p99 {on[1]:.2f} ms "
+              f"(rounds {rounds_p99[True]}; off: {off[1]:.2f} ms, rounds {rounds_p99[False]}; "
+              f"target < {P99_TARGET_MS} ms): "
               f"{verdict}")
     print("audit rows: every answered admission is in the table" if not failures else "\n".join(failures))
     print(f"logs and wrk scripts: {work_root}")
