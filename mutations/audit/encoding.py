@@ -28,6 +28,7 @@ from ..compression import (
     json_bytes,
 )
 from ..models import AdmissionAudit
+from .lines import LineFunction, line_function
 
 HEADER_PREFIX = b"#volcano-injector audit rows v3, PostgreSQL COPY text format, columns: "
 # Segments of the version before the compressed explanation: that column holds JSON text there.
@@ -235,8 +236,15 @@ def _in_table_order(columns: tuple[Column, ...]) -> Callable[[list[str]], tuple[
     return operator.itemgetter(*(names.index(column.name) for column in TABLE_COLUMNS))
 
 
+def _line_function(shared: frozenset[str]) -> tuple[LineFunction, list[list[str]]]:
+    """lines.line_function for the table, `shared` the names of the columns given as texts."""
+    return line_function([(c.name, c.kind, c.limit, c.default, _column_encoder(c) if c.kind in ("compressed", "json")
+                           else None) for c in TABLE_COLUMNS], shared)
+
+
 _ALL = _Plan(TABLE_COLUMNS)
 _ALL_IN_TABLE_ORDER = _in_table_order(_ALL.columns)
+_ALL_LINE, _ = _line_function(frozenset())
 
 
 def row_encode(record: AuditRecord) -> bytes:
@@ -247,12 +255,17 @@ def row_encode(record: AuditRecord) -> bytes:
     SharedFieldsRecord's shared fields are encoded once for every row that shares them: a shared dict and its
     values must not change after it is given here, since its texts are remembered by its identity.
     """
-    shared = getattr(record, "shared", None)
-    if shared is not None:
-        own, shared_texts, order = _shared_layout(shared)
-        fields = own.fields(record) + shared_texts
-        return ("\t".join(order(fields)) + "\n").encode("utf-8", "replace")
-    return ("\t".join(_ALL_IN_TABLE_ORDER(_ALL.fields(record))) + "\n").encode("utf-8", "replace")
+    # The usual record in one generated call (lines.py); column by column when it returns None.
+    if type(record) is SharedFieldsRecord:
+        own, shared_texts, order, line_of, runs = _shared_layout(record.shared)
+        line = line_of(record, runs)
+        if line is None:
+            line = "\t".join(order(own.fields(record) + shared_texts)) + "\n"
+    else:
+        line = _ALL_LINE(record, ())
+        if line is None:
+            line = "\t".join(_ALL_IN_TABLE_ORDER(_ALL.fields(record))) + "\n"
+    return line.encode("utf-8", "replace")
 
 
 class SharedFieldsRecord(dict[str, Any]):
@@ -277,9 +290,11 @@ def shared_fields_record(own: AuditRecord, shared: AuditRecord) -> SharedFieldsR
 # that puts both back in the table's. Each entry holds its dict (no other takes its id while it is kept).
 # Bounded, cleared when full. Plans by the set of shared names: a few, made once.
 SHARED_ENTRIES = 256
-_Layout: TypeAlias = tuple[_Plan, list[str], Callable[[list[str]], tuple[str, ...]]]
+_Order: TypeAlias = Callable[[list[str]], tuple[str, ...]]
+# The own columns' plan, the shared columns' texts, the order of both, the line function and its runs' texts
+_Layout: TypeAlias = tuple[_Plan, list[str], _Order, LineFunction, list[str]]
 _shared_seen: dict[int, tuple[AuditRecord, _Layout]] = {}
-_plans: dict[frozenset[str], tuple[_Plan, _Plan, Callable[[list[str]], tuple[str, ...]]]] = {}
+_plans: dict[frozenset[str], tuple[_Plan, _Plan, _Order, LineFunction, list[list[str]]]] = {}
 
 
 def _shared_layout(shared: AuditRecord) -> _Layout:
@@ -291,9 +306,11 @@ def _shared_layout(shared: AuditRecord) -> _Layout:
     if plans is None:
         own = _Plan(tuple(c for c in TABLE_COLUMNS if c.name not in names))
         common = _Plan(tuple(c for c in TABLE_COLUMNS if c.name in names))
-        plans = _plans[names] = (own, common, _in_table_order(own.columns + common.columns))
-    own, common, order = plans
-    layout = (own, common.fields(shared), order)
+        plans = _plans[names] = (own, common, _in_table_order(own.columns + common.columns), *_line_function(names))
+    own, common, order, line_of, runs = plans
+    shared_texts = common.fields(shared)
+    text_of = dict(zip((c.name for c in common.columns), shared_texts, strict=True))
+    layout = (own, shared_texts, order, line_of, ["\t".join(text_of[name] for name in run) for run in runs])
     if len(_shared_seen) >= SHARED_ENTRIES:
         _shared_seen.clear()
     _shared_seen[id(shared)] = (shared, layout)
