@@ -28,6 +28,7 @@ from mutations.audit import (
     inserters,
 )
 from mutations.audit import spool as audit_spool
+from mutations.audit import writer as audit_writer
 from mutations.models import AdmissionAudit
 
 REPO = Path(__file__).resolve().parents[3]
@@ -294,6 +295,20 @@ def test_background_writer_writes_spooled_rows_without_a_flush(fast_writer):
         audit_record_submit(record=record(f"bg-{i}"))
     wait_for(lambda: AdmissionAudit.objects.count() == 10)
     assert audit_backlog_rows() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_writer_that_ended_is_started_again_by_the_next_row(fast_writer, settings):
+    settings.INJECTOR_AUDIT_WRITER_AUTOSTART = True
+    audit_record_submit(record=record("first"))
+    wait_for(lambda: AdmissionAudit.objects.count() == 1)
+    ended = audit_writer._writer
+    ended.stop_event.set()  # its loop ends, as it would after an error outside its cycle
+    ended.thread.join(timeout=10)
+    assert not ended.thread.is_alive()
+    audit_record_submit(record=record("second"))
+    assert audit_writer._writer is not ended and audit_writer._writer.thread.is_alive()
+    wait_for(lambda: AdmissionAudit.objects.count() == 2)
 
 
 @pytest.mark.django_db(transaction=True)
