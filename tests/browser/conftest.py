@@ -4,6 +4,7 @@ import os
 import pathlib
 
 import pytest
+from django.db import connections
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 ARTIFACTS = pathlib.Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -39,7 +40,14 @@ def browser_page():
                 contexts.append(context)
                 return context.new_page()
 
-            yield new_page
+            try:
+                yield new_page
+            finally:
+                # The test's ORM calls made while Playwright's loop runs get database connections of their own
+                # (its greenlet's context): closed here, or they keep the test database open past the session
+                # and pytest-django cannot drop it. Browser tests are transactional (live_server), so closing
+                # loses no transaction.
+                connections.close_all()
             for context in contexts:
                 context.close()
             browser.close()

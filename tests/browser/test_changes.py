@@ -3,7 +3,6 @@ dashboard's Changes page and in the preset's history, and restores the old versi
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 
 from mutations.models import AdmissionAudit
 from profiles.models import Preset
@@ -73,12 +72,7 @@ def test_edit_see_the_impact_save_find_the_change_and_restore_the_old_version(op
     assert "would be decided differently" in page.locator(".restore-impact").inner_text()
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.screenshot(path=str(ARTIFACTS / "restore-confirm.png"), full_page=True)
-    # Nothing applied yet. An ORM call while Playwright's loop runs gets a database connection of its own (its
-    # greenlet's context); closed here, or it keeps the test database open and pytest-django cannot drop it.
-    try:
-        assert Preset.objects.get(pk=preset_id).vgpu_memory_mib == seeded + 8192
-    finally:
-        connection.close()
+    assert Preset.objects.get(pk=preset_id).vgpu_memory_mib == seeded + 8192
     page.fill("#id_reason", "the larger grant starved team-b")
     page.click("#restore-confirm")
     page.wait_for_url(f"{live_server.url}/admin/profiles/preset/{preset_id}/change/")
