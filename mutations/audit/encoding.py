@@ -216,8 +216,8 @@ class _Plan:
         self.plain_names = tuple(c.name for c in plain)
         self.plain_defaults = tuple(c.default for c in plain)
         self.plain_limits = tuple(c.limit if c.kind == "text" and c.limit is not None else sys.maxsize for c in plain)
-        self.others = tuple((c.name, c.default, _column_encoder(c)) for c in self.columns[len(plain):])
         self.encoders = tuple((c.name, c.default, _column_encoder(c)) for c in self.columns)
+        self.others = self.encoders[len(plain):]  # the same encoders (a compressed column's memo is made once)
 
     def fields(self, record: AuditRecord) -> list[str]:
         """The columns' texts, in self.columns' order."""
@@ -236,15 +236,17 @@ def _in_table_order(columns: tuple[Column, ...]) -> Callable[[list[str]], tuple[
     return operator.itemgetter(*(names.index(column.name) for column in TABLE_COLUMNS))
 
 
-def _line_function(shared: frozenset[str]) -> tuple[LineFunction, list[list[str]]]:
-    """lines.line_function for the table, `shared` the names of the columns given as texts."""
-    return line_function([(c.name, c.kind, c.limit, c.default, _column_encoder(c) if c.kind in ("compressed", "json")
-                           else None) for c in TABLE_COLUMNS], shared)
+def _line_function(own: _Plan) -> tuple[LineFunction, list[list[str]]]:
+    """lines.line_function for the table, with `own`'s columns read from the record (through its encoders where
+    they need one) and the others given as texts."""
+    encoders = {name: encode for name, _, encode in own.encoders}
+    return line_function([(c.name, c.kind, c.limit, c.default, encoders.get(c.name)) for c in TABLE_COLUMNS],
+                         frozenset(COLUMNS) - frozenset(encoders), _copy_special_in)
 
 
 _ALL = _Plan(TABLE_COLUMNS)
 _ALL_IN_TABLE_ORDER = _in_table_order(_ALL.columns)
-_ALL_LINE, _ = _line_function(frozenset())
+_ALL_LINE, _ = _line_function(_ALL)
 
 
 def row_encode(record: AuditRecord) -> bytes:
@@ -306,7 +308,7 @@ def _shared_layout(shared: AuditRecord) -> _Layout:
     if plans is None:
         own = _Plan(tuple(c for c in TABLE_COLUMNS if c.name not in names))
         common = _Plan(tuple(c for c in TABLE_COLUMNS if c.name in names))
-        plans = _plans[names] = (own, common, _in_table_order(own.columns + common.columns), *_line_function(names))
+        plans = _plans[names] = (own, common, _in_table_order(own.columns + common.columns), *_line_function(own))
     own, common, order, line_of, runs = plans
     shared_texts = common.fields(shared)
     text_of = dict(zip((c.name for c in common.columns), shared_texts, strict=True))

@@ -26,17 +26,18 @@ _VALUE_TYPES = frozenset({str, int, float})  # format() of these, with no spec, 
 
 
 def line_function(columns: Sequence[tuple[str, str, int | None, object, Callable[[object], str] | None]],
-                  shared: frozenset[str]) -> tuple[LineFunction, list[list[str]]]:
+                  shared: frozenset[str], special_in: Callable[[str], bool]) -> tuple[LineFunction, list[list[str]]]:
     """The generated line function for the table's `columns` (name, kind, limit, default, encoder: in the
     table's order), of which those named in `shared` come as texts, and the runs of consecutive shared
-    columns (names, in order) whose texts, joined by tabs, are the function's second argument."""
+    columns (names, in order) whose texts, joined by tabs, are the function's second argument. `special_in`:
+    whether a text holds a character COPY escapes or drops (the line is then left to the caller)."""
     reads: list[str] = []
     checks: list[str] = []
     checked: list[str] = []
     formats: list[str] = []
     parts: list[str] = []
     runs: list[list[str]] = []
-    names: dict[str, object] = {"VALUE_TYPES": _VALUE_TYPES, "BOOL": ("f", "t")}
+    names: dict[str, object] = {"VALUE_TYPES": _VALUE_TYPES, "BOOL": ("f", "t"), "SPECIAL_IN": special_in}
     previous_shared = False
     for i, (name, kind, limit, default, encoder) in enumerate(columns):
         if name in shared:
@@ -71,8 +72,7 @@ def line_function(columns: Sequence[tuple[str, str, int | None, object, Callable
         body.append("        return None")
     body.extend(formats)
     if checked:
-        body.append(f"    texts = f{''.join(checked)!r}")
-        body.append('    if "\\\\" in texts or "\\t" in texts or "\\n" in texts or "\\r" in texts or "\\x00" in texts:')
+        body.append(f"    if SPECIAL_IN(f{''.join(checked)!r}):")
         body.append("        return None")
     body.append(f"    return f{chr(9).join(parts) + chr(10)!r}")
     exec("\n".join(body), names)  # noqa: S102 - source built above from the model's column names and repr()s
