@@ -45,11 +45,7 @@ def audit_record_submit(*, record: AuditRecord) -> None:
                              extra={"audit_record": line.decode("utf-8", "replace")})
         return
     if setting_value("INJECTOR_AUDIT_WRITER_AUTOSTART"):
-        writer = _writer
-        # This process's writer of this spool, running: the usual case, checked without audit_writer_start's
-        # second spool lookup and Thread.is_alive() (a tenth of the row's spool cost, counted with callgrind).
-        if writer is None or writer.spool is not spool or not writer.running:
-            audit_writer_start()
+        audit_writer_start(spool)
 
 
 def audit_flush(*, timeout_seconds: float = 10.0) -> int:
@@ -148,15 +144,20 @@ _writer: AuditWriter | None = None
 _state_lock = threading.Lock()
 
 
-def audit_writer_start() -> None:
-    """Start this process's background writer (idempotent; after a fork, the child starts its own)."""
+def audit_writer_start(spool: Spool | None = None) -> None:
+    """Start this process's background writer (idempotent; after a fork, the child starts its own).
+    `spool`: spool_current(), when the caller has it (every audited admission does).
+
+    A running writer of this spool is recognised by its `running` flag, not Thread.is_alive(): with the
+    second spool lookup, that was a tenth of a row's spool cost (counted with callgrind)."""
     global _writer
-    spool = spool_current()
+    if spool is None:
+        spool = spool_current()
     writer = _writer
-    if writer is not None and writer.spool is spool and writer.thread.is_alive():
+    if writer is not None and writer.spool is spool and writer.running:
         return
     with _state_lock:
-        if _writer is not None and _writer.spool is spool and _writer.thread.is_alive():
+        if _writer is not None and _writer.spool is spool and _writer.running:
             return
         if _writer is not None:
             _writer.stop_event.set()  # it served another spool directory (tests) or another process
