@@ -94,7 +94,17 @@ def cpu_seconds() -> dict[str, float]:
         used = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
         key = "postgres" if comm == "postgres" or comm.startswith("postgres:") else f"pgrp:{fields[2]}"
         totals[key] = totals.get(key, 0.0) + used
+    totals["machine"] = machine_busy_seconds()
     return totals
+
+
+def machine_busy_seconds() -> float:
+    """CPU time every CPU of the machine has spent busy so far (user, nice, system, irq, softirq, steal), seconds:
+    wrk, the kernel's network work and everything else, as well as the webhook and PostgreSQL."""
+    with open("/proc/stat") as handle:
+        fields = handle.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 class Server(GunicornProcess):
@@ -199,6 +209,7 @@ def bench_case(*, url: str, audit: bool, tls_dir: Path | None, args, work_root: 
     result["server_cpu_us"] = (after.get(group, 0) - before.get(group, 0)) / max(result["requests"], 1) * 1e6
     result["postgres_cpu_us"] = ((after.get("postgres", 0) - before.get("postgres", 0))
                                  / max(result["requests"], 1) * 1e6)
+    result["machine_cpu_us"] = (after["machine"] - before["machine"]) / max(result["requests"], 1) * 1e6
     result["answered"] = warm["requests"] + result["requests"]
     result["non_2xx"] += warm["non_2xx"]
     result["rows"] = audit_rows(url, prefix) if audit else None
@@ -282,6 +293,17 @@ def main() -> int:
               f"(rounds {rounds_p99[True]}; off: {off[1]:.2f} ms, rounds {rounds_p99[False]}; "
               f"target < {P99_TARGET_MS} ms): "
               f"{verdict}")
+        # Where auditing's cost lands, from the same rounds: on a machine whose CPUs wrk, the webhook and
+        # PostgreSQL share, throughput follows what an admission costs all of them, and a ratio r allows
+        # auditing to add at most (1/r - 1) of the unaudited admission's cost.
+        cost = {audit: {part: statistics.median(r[f"{part}_cpu_us"] for r in results[(scheme, audit)])
+                        for part in ("machine", "server", "postgres")} for audit in (False, True)}
+        added = {part: cost[True][part] - cost[False][part] for part in ("machine", "server", "postgres")}
+        print(f"{scheme}: CPU per admission, the whole machine: {cost[False]['machine']:.0f} us unaudited, "
+              f"{cost[True]['machine']:.0f} us audited; auditing adds {added['machine']:.0f} us "
+              f"({round(added['server'])} in the webhook's processes, {round(added['postgres'])} in PostgreSQL, "
+              f"{round(added['machine'] - added['server'] - added['postgres'])} elsewhere); a ratio of {RATIO_TARGET} "
+              f"allows it at most {cost[False]['machine'] * (1 / RATIO_TARGET - 1):.0f} us")
     print("audit rows: every answered admission is in the table" if not failures else "\n".join(failures))
     print(f"logs and wrk scripts: {work_root}")
     return 1 if failures else 0
