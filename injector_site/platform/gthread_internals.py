@@ -32,16 +32,20 @@ THREAD_WORKER_METHODS: dict[str, tuple[str, ...]] = {
     "finish_request": ("self", "fs"),  # the future's done callback: keep the connection or close it
     "_wrap_future": ("self", "fs", "conn"),  # track a submitted future, with finish_request as callback
     "murder_keepalived": ("self",),  # called on every turn of run()'s loop
+    "run": ("self",),  # the main loop (thread_loop.py repeats it, without a futures.wait on every turn)
     "notify": ("self",),  # idem, first
 }
 # Attributes ThreadWorker.__init__ creates (init_process fills tpool, poller and _lock), which the gate uses.
 THREAD_WORKER_ATTRIBUTES = ("tpool", "poller", "_lock", "_keep", "futures", "nr_conns", "worker_connections")
 # gunicorn code the gate repeats for a request it parsed itself (request_head.py, lean_response.py and
-# GatedThreadWorker.handle_request), by the SHA-256 of its source in gunicorn 23: a release that changes any of
-# them is to be read against the gate's copy before the pin moves.
+# GatedThreadWorker.handle_request) and for its main loop (thread_loop.py), by the SHA-256 of its source in
+# gunicorn 23: a release that changes any of them is to be read against the gate's copy before the pin moves.
 MIRRORED_SOURCES: dict[str, str] = {
     "gunicorn.workers.gthread.ThreadWorker.handle_request":
         "3c0bc0955003d7d82e9d2e59db92cba0bae45358e7de5ff54dd10fcbe608c576",
+    "gunicorn.workers.gthread.ThreadWorker.run": "f4a682c0c18726308f93ee0505b8bf5c5b8f57b2f79d1209dea9b45592fc354e",
+    "gunicorn.workers.gthread.ThreadWorker._wrap_future":
+        "2af173a034f046641092776387fceb8b409071ac5d0f3645ecb028697ec78ad3",
     "gunicorn.http.wsgi.create": "1865af9cf6873f1d4af8dc4eeb134a983be5229918e86b6272562e7e1b3d7966",
     "gunicorn.http.wsgi.base_environ": "942494574f2cdd6dac1869751817fe9a533bf8371027a7ba47bea792a91deacf",
     "gunicorn.http.wsgi.default_environ": "b7e18b84d829cb5aea4849a346cdf907872f2771655c51fdc5ea9296111bd0ab",

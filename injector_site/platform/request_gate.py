@@ -50,13 +50,14 @@ from gunicorn import http
 from gunicorn import sock as gunicorn_sock
 from gunicorn.config import Config
 from gunicorn.http.wsgi import FileWrapper
-from gunicorn.workers.gthread import TConn, ThreadWorker
+from gunicorn.workers.gthread import TConn
 
 from .framing import HEAD_TOO_LARGE, READY, READY_CLOSE, WAIT, RequestFrame
 from .gthread_internals import buffered_parser, parser_feed, parser_unparsed_take
 from .gunicorn_logger import AccessLogWhenEnabled
 from .lean_response import LeanResponse
 from .request_head import EnvironBuilder, HeadRules, RequestHead, head_parse
+from .thread_loop import LeanLoopThreadWorker
 
 if TYPE_CHECKING:
     from gunicorn._types import _AddressType  # the stubs' name for a listener's address
@@ -124,7 +125,7 @@ class GatedConn(TConn):
         self.timeout = time.time() + self.keepalive_seconds
 
 
-class GatedThreadWorker(ThreadWorker):
+class GatedThreadWorker(LeanLoopThreadWorker):
     """gthread, with the TLS handshake and the request read in the main loop (see the module docstring)."""
 
     # Set by gunicorn_conf.py from the environment; these are its defaults.

@@ -21,6 +21,7 @@ from gunicorn.workers.gthread import TConn, ThreadWorker
 from injector_site.platform import gthread_internals
 from injector_site.platform.gthread_internals import buffered_parser, parser_feed, parser_unparsed_take
 from injector_site.platform.request_gate import GatedConn, GatedThreadWorker
+from injector_site.platform.thread_loop import LeanLoopThreadWorker
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -39,8 +40,9 @@ def test_gthread_has_each_method_the_gate_uses_with_its_parameters(name, paramet
     assert tuple(inspect.signature(method).parameters) == parameters
 
 
-def test_the_gate_overrides_only_methods_listed_as_gthreads():
-    own = {name for name, value in vars(GatedThreadWorker).items()
+@pytest.mark.parametrize("worker_class", [GatedThreadWorker, LeanLoopThreadWorker])
+def test_the_gate_overrides_only_methods_listed_as_gthreads(worker_class):
+    own = {name for name, value in vars(worker_class).items()
            if callable(value) and not name.startswith("__") and hasattr(ThreadWorker, name)}
     assert own <= set(gthread_internals.THREAD_WORKER_METHODS)
 
