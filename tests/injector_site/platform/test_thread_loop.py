@@ -42,35 +42,30 @@ def test_the_deployed_worker_runs_the_lean_loop():
     assert BalancedThreadWorker.run is LeanLoopThreadWorker.run
 
 
-def test_a_finished_request_leaves_the_set_and_its_connection_is_closed_at_once():
+def finish(fs: Future, conn: Conn, how: str) -> None:
+    if how == "failed":
+        fs.set_exception(RuntimeError("the handler failed"))
+    else:
+        fs.set_result((False, conn))  # not kept alive, as after a Connection: close
+
+
+@pytest.mark.parametrize("how, done_before_tracked", [
+    ("answered", False),
+    ("answered", True),  # a pool thread can finish a request before the main loop tracks its future
+    ("failed", False),
+])
+def test_a_finished_request_leaves_the_set_and_its_connection_is_closed_at_once(how, done_before_tracked):
     worker = loop_worker()
     worker.nr_conns = 2
-    running, conn = Future(), Conn()
-    worker._wrap_future(running, conn)
-    assert worker.futures == {running}
-    running.set_result((False, conn))  # done: not kept alive, as after a Connection: close
+    fs, conn = Future(), Conn()
+    if done_before_tracked:
+        finish(fs, conn, how)
+    worker._wrap_future(fs, conn)
+    if not done_before_tracked:
+        assert worker.futures == {fs}
+        finish(fs, conn, how)
     assert worker.futures == set()
     assert conn.closed and worker.nr_conns == 1
-
-
-def test_a_request_done_before_it_is_tracked_leaves_nothing_behind():
-    worker = loop_worker()
-    worker.nr_conns = 1
-    done, conn = Future(), Conn()
-    done.set_result((False, conn))  # a pool thread can finish it before the main loop wraps it
-    worker._wrap_future(done, conn)
-    assert worker.futures == set()
-    assert conn.closed and worker.nr_conns == 0
-
-
-def test_a_failed_request_leaves_the_set_and_its_connection_is_closed():
-    worker = loop_worker()
-    worker.nr_conns = 1
-    failed, conn = Future(), Conn()
-    worker._wrap_future(failed, conn)
-    failed.set_exception(RuntimeError("the handler failed"))
-    assert worker.futures == set()
-    assert conn.closed and worker.nr_conns == 0
 
 
 SLOW_APP = '''
