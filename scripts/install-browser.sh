@@ -7,14 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x /usr/bin/chromium ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  if ! apt-cache policy chromium 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-    $SUDO apt-get update -qq
-  fi
+  . scripts/lib/apt.sh
   # Fonts so that screenshots show text, not boxes.
-  $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+  apt_install chromium fonts-dejavu-core
 fi
 if ! .venv/bin/python -c "import playwright.sync_api, PIL, axe_playwright_python" 2>/dev/null; then
   pins=$(grep -E '^(playwright|pillow|axe-playwright-python)==' requirements-dev.txt || true)

@@ -23,12 +23,7 @@ found() {
 
 found && exit 0
 
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-if ! apt-cache policy pgbouncer 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-  $SUDO apt-get update -qq
-fi
+. "$(dirname "$0")/lib/apt.sh"
 
 # invoke-rc.d asks policy-rc.d before it starts a service; 101 means "not allowed". Leave an existing
 # one (a container image's) alone.
@@ -43,7 +38,7 @@ fi
 cleanup() { if [[ -n "$added_policy" ]]; then $SUDO rm -f "$policy"; fi; }
 trap cleanup EXIT
 
-$SUDO apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null
+apt_install pgbouncer
 
 if ! found; then
   echo "install-pgbouncer: no pgbouncer binary after installing the package" >&2

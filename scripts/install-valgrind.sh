@@ -10,13 +10,8 @@
 set -euo pipefail
 
 if ! command -v valgrind >/dev/null; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-cache policy valgrind 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-    $SUDO apt-get update -qq
-  fi
-  $SUDO apt-get install -y -qq --no-install-recommends valgrind >/dev/null
+  . "$(dirname "$0")/lib/apt.sh"
+  apt_install valgrind
 fi
 command -v valgrind >/dev/null || { echo "install-valgrind: no valgrind after installing the package" >&2; exit 1; }
 echo "valgrind: $(command -v valgrind) ($(valgrind --version))"
