@@ -205,11 +205,8 @@ def bench_case(*, url: str, audit: bool, tls_dir: Path | None, args, work_root: 
     finally:
         server.stop()
     # CPU per admission is steadier than req/s on a machine that other work shares.
-    group = f"pgrp:{server.process.pid}"
-    result["server_cpu_us"] = (after.get(group, 0) - before.get(group, 0)) / max(result["requests"], 1) * 1e6
-    result["postgres_cpu_us"] = ((after.get("postgres", 0) - before.get("postgres", 0))
-                                 / max(result["requests"], 1) * 1e6)
-    result["machine_cpu_us"] = (after["machine"] - before["machine"]) / max(result["requests"], 1) * 1e6
+    for part, key in (("server", f"pgrp:{server.process.pid}"), ("postgres", "postgres"), ("machine", "machine")):
+        result[f"{part}_cpu_us"] = (after.get(key, 0) - before.get(key, 0)) / max(result["requests"], 1) * 1e6
     result["answered"] = warm["requests"] + result["requests"]
     result["non_2xx"] += warm["non_2xx"]
     result["rows"] = audit_rows(url, prefix) if audit else None
